@@ -1,0 +1,47 @@
+"""rlaccel: make existing Stable-Baselines3 and Tianshou agents train faster.
+
+The public names (DESIGN.md §2) load lazily, so ``import rlaccel_plugins`` stays light: it imports
+neither torch, SB3, Tianshou nor envpool until a name that needs them is used.
+
+Examples:
+    >>> import rlaccel_plugins as rla
+    >>> rla.get_preset("atari").training.batch_size
+    512
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rlaccel_plugins.hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "AccelConfig": "rlaccel_plugins.config",
+    "ConfigError": "rlaccel_plugins.errors",
+    "RlaccelWarning": "rlaccel_plugins.errors",
+    "load_config": "rlaccel_plugins.config",
+    "get_preset": "rlaccel_plugins.presets",
+    "preset_names": "rlaccel_plugins.presets",
+    "accelerate": "rlaccel_plugins.plugins",
+    "get_plugin_manager": "rlaccel_plugins.plugins",
+    "make_vec_env": "rlaccel_plugins.parallel.factory",
+    "TieredReplay": "rlaccel_plugins.replay",
+    "SparseDenseUpdater": "rlaccel_plugins.updates",
+}
+
+__all__ = ["hookimpl", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rlaccel_plugins' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

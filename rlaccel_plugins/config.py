@@ -1,0 +1,406 @@
+"""`AccelConfig`: the article's YAML as a validated, immutable object, and its loaders.
+
+The layout mirrors SEED.md so a user can paste the article's block::
+
+    replay_buffer:
+      levels: 4
+      level_capacity: [1000, 5000, 20000, 100000]
+      sampling_ratio: [0.7, 0.2, 0.08, 0.02]
+    training:
+      batch_size: 512
+      sparse_update_interval: 100
+      ...
+
+Sources, later wins (values): preset -> config file (``RLACCEL_CONFIG`` or ``[tool.rlaccel]`` in the
+nearest ``pyproject.toml``) -> keyword overrides. The preset itself is chosen by, first match wins:
+the ``preset=`` argument, the ``RLACCEL_PRESET`` environment variable, the file's ``preset`` key,
+else ``"default"`` (the article's values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from rlaccel_plugins.errors import ConfigError, did_you_mean, invalid
+
+AUTO = "auto"
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+RATIO_SCHEDULES = ("constant", "anneal")
+RATIO_TOLERANCE = 1e-6
+
+
+# --------------------------------------------------------------------------- value checks
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _int(name: str, value: Any, minimum: int | None = None, auto: bool = False) -> int | str:
+    if auto and value == AUTO:
+        return AUTO
+    if not _is_int(value):
+        raise invalid(name, 'be an integer or "auto"' if auto else "be an integer", value)
+    if minimum is not None and value < minimum:
+        raise invalid(name, f"be >= {minimum}", value)
+    return value
+
+
+def _float(name: str, value: Any, positive: bool = False, minimum: float | None = None) -> float:
+    if not _is_number(value) or not math.isfinite(value):
+        raise invalid(name, "be a finite number", value)
+    if positive and value <= 0:
+        raise invalid(name, "be > 0", value)
+    if minimum is not None and value < minimum:
+        raise invalid(name, f"be >= {minimum}", value)
+    return float(value)
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+        raise invalid(name, f"be one of {list(choices)}", value, hint.strip())
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise invalid(name, "be true or false", value)
+    return value
+
+
+def _sequence(name: str, value: Any) -> tuple:
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise invalid(name, "be a list", value)
+    return tuple(value)
+
+
+# --------------------------------------------------------------------------- sections
+@dataclass(frozen=True)
+class ReplayBufferConfig:
+    """``replay_buffer:`` — tiered replay (SEED.md §1.1, DESIGN.md §4)."""
+
+    levels: int = 4
+    level_capacity: tuple[int, ...] = (1000, 5000, 20000, 100000)
+    sampling_ratio: tuple[float, ...] = (0.7, 0.2, 0.08, 0.02)
+    ratio_schedule: str = "constant"
+    anneal_steps: int = 1_000_000
+    importance_beta: float | None = None
+    dedup_frames: bool | str = AUTO
+
+    def __post_init__(self) -> None:
+        levels = _int("levels", self.levels, minimum=1)
+        caps = _sequence("level_capacity", self.level_capacity)
+        for cap in caps:
+            if not _is_int(cap) or cap < 1:
+                raise invalid("level_capacity", "be a list of positive integers", list(caps))
+        ratios = _sequence("sampling_ratio", self.sampling_ratio)
+        for ratio in ratios:
+            if not _is_number(ratio) or not math.isfinite(ratio) or ratio < 0:
+                raise invalid("sampling_ratio", "be a list of numbers >= 0", list(ratios))
+        if len(caps) != levels:
+            raise invalid("level_capacity", f"have one entry per level (levels={levels})", list(caps),
+                          "Set levels to len(level_capacity) or add/remove capacities.")
+        if len(ratios) != levels:
+            raise invalid("sampling_ratio", f"have one entry per level (levels={levels})", list(ratios),
+                          "Give one ratio per entry of level_capacity.")
+        if abs(sum(ratios) - 1.0) > RATIO_TOLERANCE:
+            raise invalid("sampling_ratio", "sum to 1", list(ratios),
+                          f"Divide each ratio by their sum ({sum(ratios):.6g}).")
+        _choice("ratio_schedule", self.ratio_schedule, RATIO_SCHEDULES)
+        _int("anneal_steps", self.anneal_steps, minimum=1)
+        if self.importance_beta is not None:
+            _float("importance_beta", self.importance_beta, minimum=0.0)
+        if self.dedup_frames != AUTO:
+            _bool("dedup_frames", self.dedup_frames)
+        object.__setattr__(self, "level_capacity", tuple(int(c) for c in caps))
+        object.__setattr__(self, "sampling_ratio", tuple(float(r) for r in ratios))
+
+    @property
+    def capacity(self) -> int:
+        """Total capacity in transitions (the sum of the level capacities)."""
+        return sum(self.level_capacity)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """``training:`` — update and collection settings (SEED.md §1.2, §1.3, §2)."""
+
+    batch_size: int = 512
+    sparse_update_interval: int = 100
+    dense_layers: tuple[int | str, ...] = (-3, -2, -1)
+    learning_rate: float = 0.00025
+    parallel_envs: int | str = 256
+    sync_interval: int = 50
+    device: str = AUTO
+    num_threads: int | str = AUTO
+
+    def __post_init__(self) -> None:
+        _int("batch_size", self.batch_size, minimum=1)
+        _int("sparse_update_interval", self.sparse_update_interval, minimum=1)
+        layers = _sequence("dense_layers", self.dense_layers)
+        if not layers:
+            raise invalid("dense_layers", "name at least one layer", list(layers), "Use e.g. [-3, -2, -1].")
+        for layer in layers:
+            if _is_int(layer):
+                if layer >= 0:
+                    raise invalid("dense_layers", "hold negative layer indices (counted from the output) "
+                                  "or parameter-name globs", list(layers), "Use e.g. [-3, -2, -1].")
+            elif not isinstance(layer, str) or not layer:
+                raise invalid("dense_layers", "hold negative integers or non-empty glob strings", list(layers))
+        _float("learning_rate", self.learning_rate, positive=True)
+        _int("parallel_envs", self.parallel_envs, minimum=1, auto=True)
+        _int("sync_interval", self.sync_interval, minimum=1)
+        if not isinstance(self.device, str) or not (
+            self.device in (AUTO, "cpu", "cuda", "mps") or self.device.startswith("cuda:")
+        ):
+            raise invalid("device", 'be "auto", "cpu", "cuda", "cuda:N" or "mps"', self.device)
+        _int("num_threads", self.num_threads, minimum=1, auto=True)
+        object.__setattr__(self, "dense_layers", tuple(layers))
+
+
+@dataclass(frozen=True)
+class MonitoringConfig:
+    """``monitoring:`` — live fps, reward and update counts (SEED.md §3)."""
+
+    log_interval: int = 1000
+    progress_bar: bool = True
+    tensorboard: bool = True
+    wandb: bool = False
+
+    def __post_init__(self) -> None:
+        _int("log_interval", self.log_interval, minimum=1)
+        _bool("progress_bar", self.progress_bar)
+        _bool("tensorboard", self.tensorboard)
+        _bool("wandb", self.wandb)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """``checkpoint:`` — crash-safe checkpoints (SEED.md §6). ``every_steps: 0`` turns them off."""
+
+    every_steps: int = 0
+    keep: int = 3
+    on_signal: bool = True
+
+    def __post_init__(self) -> None:
+        _int("every_steps", self.every_steps, minimum=0)
+        _int("keep", self.keep, minimum=1)
+        _bool("on_signal", self.on_signal)
+
+
+@dataclass(frozen=True)
+class PrecisionConfig:
+    """``precision:`` — mixed precision and gradient safety (SEED.md §4)."""
+
+    dtype: str = "fp32"
+    max_grad_norm: float | None = None
+    skip_nonfinite: bool = True
+
+    def __post_init__(self) -> None:
+        _choice("dtype", self.dtype, PRECISIONS)
+        if self.max_grad_norm is not None:
+            _float("max_grad_norm", self.max_grad_norm, positive=True)
+        _bool("skip_nonfinite", self.skip_nonfinite)
+
+
+SECTIONS: dict[str, type] = {
+    "replay_buffer": ReplayBufferConfig,
+    "training": TrainingConfig,
+    "monitoring": MonitoringConfig,
+    "checkpoint": CheckpointConfig,
+    "precision": PrecisionConfig,
+}
+# Every field name is unique across sections, so ``batch_size=512`` needs no section prefix.
+FIELD_SECTION: dict[str, str] = {f.name: s for s, cls in SECTIONS.items() for f in fields(cls)}
+
+
+@dataclass(frozen=True)
+class AccelConfig:
+    """The whole rlaccel configuration. Immutable; build variants with :meth:`merged`.
+
+    Examples:
+        >>> import rlaccel_plugins as rla
+        >>> cfg = rla.AccelConfig()                      # the article's values
+        >>> cfg.replay_buffer.sampling_ratio
+        (0.7, 0.2, 0.08, 0.02)
+        >>> cfg.merged({"batch_size": 64}).training.batch_size
+        64
+    """
+
+    preset: str = "default"
+    replay_buffer: ReplayBufferConfig = field(default_factory=ReplayBufferConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AccelConfig:
+        """Build a config from a (nested or flat) mapping on top of the defaults."""
+        return cls().merged(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain-Python dict (lists, not tuples), ready for YAML/JSON."""
+        out: dict[str, Any] = {"preset": self.preset}
+        for name in SECTIONS:
+            section = dataclasses.asdict(getattr(self, name))
+            out[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
+        return out
+
+    def merged(self, data: Mapping[str, Any] | None) -> AccelConfig:
+        """Return a copy with ``data`` applied on top; raises :class:`ConfigError` on any bad key/value."""
+        if not data:
+            return self
+        updates = normalize_mapping(data)
+        current = self.to_dict()
+        for section, values in updates.items():
+            if section == "preset":
+                current["preset"] = values
+            else:
+                current[section].update(values)
+        return _build(current)
+
+    def diff(self, other: AccelConfig) -> dict[str, tuple[Any, Any]]:
+        """``{"section.key": (mine, theirs)}`` for every value that differs."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        out = {}
+        for section in SECTIONS:
+            for key, value in mine[section].items():
+                if theirs[section][key] != value:
+                    out[f"{section}.{key}"] = (value, theirs[section][key])
+        return out
+
+
+def normalize_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn flat (``batch_size``), dotted (``training.batch_size``) and nested keys into sections."""
+    if not isinstance(data, Mapping):
+        raise invalid("config", "be a mapping of sections to values", data)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise invalid("config key", "be a string", key)
+        if key == "preset":
+            if not isinstance(value, str):
+                raise invalid("preset", "be a preset name", value)
+            out["preset"] = value
+        elif key == "precision" and isinstance(value, str):  # shorthand: precision: bf16
+            out.setdefault("precision", {})["dtype"] = value
+        elif key in SECTIONS:
+            if not isinstance(value, Mapping):
+                raise invalid(key, "be a mapping of settings", value, f"Write e.g. {key}: {{...}}.")
+            allowed = [f.name for f in fields(SECTIONS[key])]
+            for sub_key, sub_value in value.items():
+                if sub_key not in allowed:
+                    raise ConfigError(f"unknown key {key}.{sub_key!s}, got {key}.{sub_key}={sub_value!r}."
+                                      f"{did_you_mean(str(sub_key), allowed)} Known keys: {allowed}.")
+                out.setdefault(key, {})[sub_key] = sub_value
+        elif "." in key:
+            section, _, sub_key = key.partition(".")
+            for s, values in normalize_mapping({section: {sub_key: value}}).items():
+                out.setdefault(s, {}).update(values)
+        elif key in FIELD_SECTION:
+            out.setdefault(FIELD_SECTION[key], {})[key] = value
+        else:
+            known = ["preset", *SECTIONS, *FIELD_SECTION]
+            raise ConfigError(f"unknown key {key}, got {key}={value!r}.{did_you_mean(key, known)}"
+                              f" Known sections: {list(SECTIONS)}.")
+    return out
+
+
+def _build(nested: dict[str, Any]) -> AccelConfig:
+    sections = {}
+    for name, cls in SECTIONS.items():
+        try:
+            sections[name] = cls(**nested[name])
+        except TypeError as exc:  # a malformed value that slipped past the checks
+            raise ConfigError(f"{name} is malformed, got {name}={nested[name]!r}: {exc}.") from None
+    return AccelConfig(preset=nested["preset"], **sections)
+
+
+# --------------------------------------------------------------------------- files and loaders
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a YAML or TOML file; for a ``pyproject.toml`` only its ``[tool.rlaccel]`` table."""
+    path = Path(path)
+    if not path.is_file():
+        raise invalid("config file", "exist", str(path), "Check RLACCEL_CONFIG or the path you passed.")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix == ".toml":
+            data = _toml_loads(text)
+            if path.name == "pyproject.toml":
+                data = data.get("tool", {}).get("rlaccel", {})
+        elif path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            raise invalid("config file", "end in .yaml, .yml or .toml", str(path))
+    except ConfigError:
+        raise
+    except Exception as exc:  # parser errors of either format
+        raise ConfigError(f"config file {str(path)!r} could not be parsed: {exc}. Fix the syntax.") from None
+    if not isinstance(data, Mapping):
+        raise invalid("config file", "hold a mapping at the top level", type(data).__name__, str(path))
+    return dict(data)
+
+
+def _toml_loads(text: str) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads(text)
+
+
+def find_project_config(start: str | os.PathLike | None = None) -> Path | None:
+    """The nearest ``pyproject.toml`` (from ``start`` upward) that has a ``[tool.rlaccel]`` table."""
+    here = Path(start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file() and "[tool.rlaccel" in candidate.read_text(encoding="utf-8"):
+            return candidate
+    return None
+
+
+def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any) -> AccelConfig:
+    """Load a configuration from every source, later wins.
+
+    Args:
+        src: ``None`` (look at ``RLACCEL_CONFIG`` then ``[tool.rlaccel]`` in the nearest
+            pyproject.toml), a path to a YAML/TOML file, a mapping, or an :class:`AccelConfig`.
+        preset: preset name; beats ``RLACCEL_PRESET`` and the file's ``preset`` key.
+        **overrides: flat (``batch_size=64``) or section (``training={...}``) values, applied last.
+
+    Examples:
+        >>> import rlaccel_plugins as rla
+        >>> rla.load_config(preset="atari", batch_size=256).training.batch_size
+        256
+    """
+    from rlaccel_plugins.presets import get_preset
+
+    if isinstance(src, AccelConfig):
+        base = get_preset(preset) if preset else src
+        return base.merged(overrides)
+    file_values: dict[str, Any] = {}
+    if isinstance(src, Mapping):
+        file_values = dict(src)
+    elif src is not None:
+        file_values = read_config_file(src)
+    elif os.environ.get("RLACCEL_CONFIG"):
+        file_values = read_config_file(os.environ["RLACCEL_CONFIG"])
+    else:
+        project = find_project_config()
+        if project is not None:
+            file_values = read_config_file(project)
+    name = preset or os.environ.get("RLACCEL_PRESET") or file_values.pop("preset", None) or "default"
+    file_values.pop("preset", None)
+    return get_preset(name).merged(file_values).merged(overrides)

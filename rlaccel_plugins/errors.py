@@ -1,0 +1,30 @@
+"""Exceptions, warnings and message helpers shared by the whole package."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid.
+
+    The message always names the parameter and the value, and says how to fix it:
+    ``sampling_ratio must sum to 1, got sampling_ratio=[0.7, 0.2].``
+    """
+
+
+class RlaccelWarning(UserWarning):
+    """Base class of the warnings rlaccel emits (the test suite turns them into errors)."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """Return ``" Did you mean 'x'?"`` for the closest choice, or ``""`` when nothing is close."""
+    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def invalid(param: str, constraint: str, value: object, fix: str = "") -> ConfigError:
+    """Build the project's standard error: ``<param> must <constraint>, got <param>=<value!r>. <fix>``."""
+    message = f"{param} must {constraint}, got {param}={value!r}."
+    return ConfigError(f"{message} {fix}".rstrip())

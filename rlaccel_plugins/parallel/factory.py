@@ -1,0 +1,83 @@
+"""`make_vec_env`: one call for a batched environment, whichever backend can run the task."""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from typing import Any
+
+from rlaccel_plugins.errors import ConfigError, did_you_mean, invalid
+
+BACKENDS = ("auto", "envpool", "gymnasium")
+
+
+@lru_cache(maxsize=1)
+def envpool_env_ids() -> frozenset[str]:
+    """Task ids envpool can run here (empty when envpool is not installed)."""
+    if importlib.util.find_spec("envpool") is None:
+        return frozenset()
+    import envpool
+
+    return frozenset(envpool.list_all_envs())
+
+
+def choose_backend(env_id: str, backend: str) -> str:
+    """The backend to use for ``env_id``: envpool when asked for or supported, else gymnasium."""
+    if backend not in BACKENDS:
+        raise invalid("backend", f"be one of {list(BACKENDS)}", backend, did_you_mean(backend, BACKENDS).strip())
+    if backend == "envpool" and env_id not in envpool_env_ids():
+        hint = did_you_mean(env_id, envpool_env_ids()) or " Use backend='gymnasium'."
+        raise ConfigError(f"env_id must be a task envpool supports, got env_id={env_id!r}.{hint}")
+    if backend == "auto":
+        return "envpool" if env_id in envpool_env_ids() else "gymnasium"
+    return backend
+
+
+def make_vec_env(env_id: str, num_envs: int | str = "auto", backend: str = "auto", seed: int = 0,
+                 config: Any = None, **env_kwargs: Any) -> Any:
+    """Build a gymnasium-API vector env of ``num_envs`` copies of ``env_id``.
+
+    Plugins may answer first through the ``rlaccel_make_env`` hook; the built-in answer uses envpool
+    when it supports the task, and gymnasium's vector envs otherwise.
+
+    Examples:
+        >>> import rlaccel_plugins as rla
+        >>> env = rla.make_vec_env("CartPole-v1", num_envs=4, backend="gymnasium")
+        >>> env.num_envs
+        4
+        >>> env.close()
+    """
+    from rlaccel_plugins.config import load_config
+    from rlaccel_plugins.hardware import resolve_auto
+    from rlaccel_plugins.plugins import get_plugin_manager
+
+    config = load_config(config) if config is not None else load_config(preset="default")
+    if num_envs == "auto":
+        num_envs = resolve_auto(config.merged({"parallel_envs": "auto"})).parallel_envs
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise invalid("num_envs", 'be a positive integer or "auto"', num_envs)
+    env = get_plugin_manager().hook.rlaccel_make_env(env_id=env_id, num_envs=num_envs, backend=backend,
+                                                     seed=seed, config=config, env_kwargs=env_kwargs)
+    if env is None:
+        raise ConfigError(f"backend must be one a plugin provides, got backend={backend!r}. "
+                          f"Built-in backends: {list(BACKENDS)}.")
+    return env
+
+
+def build_builtin_env(env_id: str, num_envs: int, backend: str, seed: int, env_kwargs: dict) -> Any:
+    """The built-in answer to ``rlaccel_make_env`` (None for a backend it does not know)."""
+    if backend not in BACKENDS:
+        return None
+    if choose_backend(env_id, backend) == "envpool":
+        import envpool
+
+        return envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed, **env_kwargs)
+    import gymnasium as gym
+
+    mode = env_kwargs.pop("vectorization_mode", "sync")
+    try:
+        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **env_kwargs)
+    except gym.error.Error as exc:
+        raise ConfigError(f"env_id must be a registered gymnasium task, got env_id={env_id!r}: {exc}") from None
+    env.reset(seed=seed)
+    return env

@@ -1,0 +1,199 @@
+"""The plugin manager: built-ins, entry points (group ``rlaccel``), adapters and ``accelerate``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pluggy
+
+from rlaccel_plugins import hookspecs
+from rlaccel_plugins.errors import did_you_mean
+
+logger = logging.getLogger("rlaccel")
+
+ENTRY_POINT_GROUP = "rlaccel"
+DISABLE_AUTOLOAD_ENV = "RLACCEL_DISABLE_PLUGIN_AUTOLOAD"
+BUILTIN_PLUGINS = ("rlaccel_plugins.presets", "rlaccel_plugins.builtins")
+
+
+@dataclass
+class AdapterSpec:
+    """A framework adapter: what it handles and where its code lives (imported only when used).
+
+    Attributes:
+        name: short registry key, e.g. ``"sb3"``.
+        framework: import name of the framework, e.g. ``"stable_baselines3"``.
+        supports: human description of the objects it accelerates (for error messages).
+        accelerate: ``"module:function"`` implementing ``accelerate(obj, preset=None, **overrides)``.
+        install_hint: the pip command that installs the framework.
+    """
+
+    name: str
+    framework: str
+    supports: str
+    accelerate: str
+    install_hint: str = ""
+    unavailable_reason: str | None = field(default=None, init=False)
+
+    @property
+    def available(self) -> bool:
+        return self.unavailable_reason is None
+
+    def load_accelerate(self) -> Callable[..., Any]:
+        if not self.available:
+            raise ImportError(f"the {self.name!r} adapter is not available: {self.unavailable_reason}. "
+                              f"{self.install_hint}".rstrip())
+        module, _, attr = self.accelerate.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+class AdapterRegistry:
+    """Registry filled by ``rlaccel_register_adapters``; marks adapters whose framework is missing."""
+
+    def __init__(self) -> None:
+        self._adapters: dict[str, AdapterSpec] = {}
+
+    def add(self, spec: AdapterSpec) -> None:
+        if importlib.util.find_spec(spec.framework) is None:
+            spec.unavailable_reason = f"{spec.framework} is not installed"
+            logger.info("rlaccel: skipping adapter %r: %s", spec.name, spec.unavailable_reason)
+        self._adapters[spec.name] = spec
+
+    def get(self, name: str) -> AdapterSpec:
+        if name not in self._adapters:
+            raise KeyError(f"no adapter named {name!r}.{did_you_mean(name, self._adapters)}")
+        return self._adapters[name]
+
+    def __iter__(self):
+        return iter(self._adapters.values())
+
+    def __len__(self) -> int:
+        return len(self._adapters)
+
+
+@dataclass
+class PluginFailure:
+    name: str
+    reason: str
+
+
+class RlaccelPluginManager(pluggy.PluginManager):
+    """pluggy's manager plus the registries and a record of plugins that failed to load."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+        self.add_hookspecs(hookspecs)
+        self.failures: list[PluginFailure] = []
+        self.versions: dict[str, str] = {}
+        self._adapters: AdapterRegistry | None = None
+
+    def load_builtins(self) -> None:
+        for module_name in BUILTIN_PLUGINS:
+            self.register(importlib.import_module(module_name), name=module_name)
+
+    def load_entry_points(self) -> None:
+        """Load every ``rlaccel`` entry point; one that fails to import is skipped and logged."""
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if self.has_plugin(ep.name) or self.is_blocked(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # a broken third-party plugin must not break rlaccel
+                self.failures.append(PluginFailure(ep.name, f"{type(exc).__name__}: {exc}"))
+                logger.warning("rlaccel: skipping plugin %r: %s", ep.name, exc)
+                continue
+            self.register(plugin, name=ep.name)
+            dist = getattr(ep, "dist", None)
+            if dist is not None:
+                self.versions[ep.name] = dist.version
+
+    @property
+    def adapters(self) -> AdapterRegistry:
+        if self._adapters is None:
+            self._adapters = AdapterRegistry()
+            self.hook.rlaccel_register_adapters(registry=self._adapters)
+        return self._adapters
+
+    def plugin_rows(self) -> list[tuple[str, str, list[str]]]:
+        """``(name, version, hooks)`` of every registered plugin, for ``rlaccel plugins``."""
+        rows = []
+        for name, plugin in self.list_name_plugin():
+            hooks = sorted(h.name for h in self.get_hookcallers(plugin) or [])
+            rows.append((name, self.versions.get(name) or _own_version(), hooks))
+        return rows
+
+
+def _own_version() -> str:
+    try:
+        return importlib.metadata.version("rlaccel-plugins")
+    except importlib.metadata.PackageNotFoundError:
+        return "dev"
+
+
+_manager: RlaccelPluginManager | None = None
+
+
+def get_plugin_manager() -> RlaccelPluginManager:
+    """The process-wide plugin manager (built on first use).
+
+    Entry points are loaded unless ``RLACCEL_DISABLE_PLUGIN_AUTOLOAD`` is set to a non-empty value
+    other than ``0``.
+    """
+    global _manager
+    if _manager is None:
+        manager = RlaccelPluginManager()
+        manager.load_builtins()
+        if os.environ.get(DISABLE_AUTOLOAD_ENV, "") in ("", "0"):
+            manager.load_entry_points()
+        _manager = manager
+    return _manager
+
+
+def reset_plugin_manager() -> None:
+    """Forget the manager and every registry (the next use rebuilds them); for tests and notebooks."""
+    global _manager
+    _manager = None
+    from rlaccel_plugins import presets
+
+    presets.reset_registry()
+
+
+def accelerate(obj: Any, preset: str | None = None, **overrides: Any) -> Any:
+    """Accelerate an SB3 model or a Tianshou algorithm with the adapter that recognises it.
+
+    Args:
+        obj: e.g. a ``stable_baselines3.DQN`` or a ``tianshou.algorithm.DQN``.
+        preset: preset name (see :func:`rlaccel_plugins.preset_names`).
+        **overrides: config values on top of the preset.
+
+    Returns:
+        Whatever the adapter returns (see ``rlaccel_sb3.accelerate``, ``rlaccel_tianshou.accelerate``).
+
+    Raises:
+        TypeError: no adapter recognises ``obj``; the message lists the supported types.
+
+    Examples:
+        >>> import rlaccel_plugins as rla
+        >>> rla.accelerate(object())
+        Traceback (most recent call last):
+        ...
+        TypeError: accelerate() does not know objects of type 'object'. ...
+    """
+    manager = get_plugin_manager()
+    name = manager.hook.rlaccel_detect_framework(obj=obj)
+    if name is None:
+        supported = "; ".join(f"{a.supports} ({a.name})" for a in manager.adapters) or "none registered"
+        raise TypeError(f"accelerate() does not know objects of type {type(obj).__qualname__!r}. "
+                        f"Supported: {supported}. Pass a model or algorithm of an installed framework.")
+    return manager.adapters.get(name).load_accelerate()(obj, preset=preset, **overrides)
+
+
+def mro_names(obj: Any) -> set[str]:
+    """``{"module.QualName", ...}`` for the class of ``obj`` and its bases, without importing anything."""
+    return {f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__}

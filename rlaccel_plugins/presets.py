@@ -1,0 +1,127 @@
+"""Built-in presets (SEED.md §2, §5) and the preset registry plugins add to.
+
+==================  ============================================================================
+``default``         the article's values (SEED.md §1-2), i.e. :class:`AccelConfig` defaults
+``atari``           the article's Atari Pong settings, verbatim
+``mujoco``          continuous control: ``batch_size`` 1024 (SEED.md §5)
+``multi_agent``     ``level_capacity[0]`` x2 (SEED.md §5)
+``sparse_reward``   ``sampling_ratio[0]`` 0.8, the other ratios rescaled to sum to 1 (SEED.md §5)
+``classic_control`` small tiers and batches for CartPole-size tasks
+``off``             no acceleration: one uniform level, every update full, one env
+==================  ============================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rlaccel_plugins.config import AccelConfig, ReplayBufferConfig
+from rlaccel_plugins.errors import ConfigError, did_you_mean
+from rlaccel_plugins.hookspecs import hookimpl
+
+ARTICLE = ReplayBufferConfig()  # the article's tiers, the base of the presets derived from it
+
+
+def _sparse_reward_ratios(first: float = 0.8) -> list[float]:
+    rest = ARTICLE.sampling_ratio[1:]
+    return [first, *(r * (1.0 - first) / sum(rest) for r in rest)]
+
+
+BUILTIN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "default": ("the article's values (SEED.md §1-2)", {}),
+    "atari": ("vision tasks: the article's Atari Pong settings verbatim", {
+        "replay_buffer": {"levels": 4, "level_capacity": [1000, 5000, 20000, 100000],
+                          "sampling_ratio": [0.7, 0.2, 0.08, 0.02]},
+        "training": {"batch_size": 512, "sparse_update_interval": 100, "dense_layers": [-3, -2, -1],
+                     "learning_rate": 0.00025, "parallel_envs": 256, "sync_interval": 50},
+    }),
+    "mujoco": ("continuous control: batch_size 1024", {"training": {"batch_size": 1024}}),
+    "multi_agent": ("multi-agent: level_capacity[0] x2", {
+        "replay_buffer": {"level_capacity": [2 * ARTICLE.level_capacity[0], *ARTICLE.level_capacity[1:]]},
+    }),
+    "sparse_reward": ("sparse reward: sampling_ratio[0] 0.8, others rescaled", {
+        "replay_buffer": {"sampling_ratio": _sparse_reward_ratios()},
+    }),
+    "classic_control": ("CartPole-size tasks: small tiers, small batches, few envs", {
+        "replay_buffer": {"levels": 2, "level_capacity": [5000, 45000], "sampling_ratio": [0.3, 0.7]},
+        "training": {"batch_size": 64, "sparse_update_interval": 100, "learning_rate": 0.0023,
+                     "parallel_envs": "auto", "sync_interval": 10},
+    }),
+    "off": ("no acceleration: one uniform level, every update full, one env", {
+        "replay_buffer": {"levels": 1, "level_capacity": [1_000_000], "sampling_ratio": [1.0]},
+        "training": {"sparse_update_interval": 1, "parallel_envs": 1},
+    }),
+}
+
+
+class PresetRegistry:
+    """Named presets: each a description and the values it sets on top of the defaults."""
+
+    def __init__(self) -> None:
+        self._presets: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def add(self, name: str, values: Mapping[str, Any], description: str = "") -> None:
+        """Register ``name``; the values are validated now, so a bad preset fails at start-up."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"preset name must be a short identifier, got name={name!r}. Use snake_case.")
+        if name in self._presets:
+            raise ConfigError(f"preset name must be new, got name={name!r}, which is already registered. "
+                              "Pick another name for your preset.")
+        AccelConfig().merged(values)
+        self._presets[name] = (description, dict(values))
+
+    def get(self, name: str) -> AccelConfig:
+        if name not in self._presets:
+            raise ConfigError(f"preset must be a known preset name, got preset={name!r}."
+                              f"{did_you_mean(name, self._presets)} Known presets: {sorted(self._presets)}.")
+        return AccelConfig(preset=name).merged(self._presets[name][1])
+
+    def describe(self, name: str) -> str:
+        self.get(name)
+        return self._presets[name][0]
+
+    def names(self) -> list[str]:
+        return list(self._presets)
+
+
+@hookimpl(tryfirst=True)  # built-ins first, so a plugin cannot silently replace them
+def rlaccel_register_presets(registry: PresetRegistry) -> None:
+    for name, (description, values) in BUILTIN_PRESETS.items():
+        registry.add(name, values, description)
+
+
+_registry: PresetRegistry | None = None
+
+
+def registry() -> PresetRegistry:
+    """The process-wide preset registry, filled through the ``rlaccel_register_presets`` hook."""
+    global _registry
+    if _registry is None:
+        from rlaccel_plugins.plugins import get_plugin_manager
+
+        reg = PresetRegistry()
+        get_plugin_manager().hook.rlaccel_register_presets(registry=reg)
+        _registry = reg
+    return _registry
+
+
+def reset_registry() -> None:
+    global _registry
+    _registry = None
+
+
+def get_preset(name: str) -> AccelConfig:
+    """The :class:`AccelConfig` of a preset.
+
+    Examples:
+        >>> import rlaccel_plugins as rla
+        >>> rla.get_preset("atari").replay_buffer.level_capacity
+        (1000, 5000, 20000, 100000)
+    """
+    return registry().get(name)
+
+
+def preset_names() -> list[str]:
+    """Names of every registered preset, built-ins first."""
+    return registry().names()
