@@ -1,0 +1,92 @@
+"""`TieredSampler`: which (row, env) pairs a batch reads, their levels and importance weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlaccel_plugins.replay.tiers import TierLayout, stratified_counts
+
+
+@dataclass
+class SampledIndices:
+    """Where a batch lies in the ring: physical ``rows``, ``envs``, ``levels`` and ``weights``."""
+
+    rows: np.ndarray
+    envs: np.ndarray
+    levels: np.ndarray
+    weights: np.ndarray | None
+
+
+class TieredSampler:
+    """Draws a stratified batch over the filled levels of a :class:`TierLayout`.
+
+    The batch is split across the levels that hold data by their ratios renormalised over those
+    levels, then drawn uniformly inside each level's filled age range (rows) and across env
+    streams, and shuffled (so a caller slicing the batch into minibatches gets every level in each).
+    With ``ratio_schedule="anneal"`` the ratios move linearly toward size-proportional (uniform over
+    all stored transitions) as ``progress`` goes from 0 to 1.
+
+    Args:
+        layout: the tiers.
+        sampling_ratio: one ratio per level, summing to 1.
+        ratio_schedule: ``"constant"`` or ``"anneal"``.
+        importance_beta: ``None`` for no weights, else the exponent of ``(N*P)^-beta / max``.
+        seed: seed of this sampler's own RNG (``numpy.random.Generator``).
+    """
+
+    def __init__(self, layout: TierLayout, sampling_ratio, ratio_schedule: str = "constant",
+                 importance_beta: float | None = None, seed: int | None = None) -> None:
+        self.layout = layout
+        self.sampling_ratio = np.asarray(sampling_ratio, dtype=np.float64)
+        self.ratio_schedule = ratio_schedule
+        self.importance_beta = importance_beta
+        self.rng = np.random.default_rng(seed)
+        self.level_samples = np.zeros(layout.num_levels, dtype=np.int64)
+
+    def level_probabilities(self, stored_rows: int, progress: float = 0.0) -> np.ndarray:
+        """Share of a batch each level gets now (zero for empty levels; sums to 1)."""
+        filled = self.layout.filled_rows(stored_rows)
+        ratios = np.where(filled > 0, self.sampling_ratio, 0.0)
+        total = ratios.sum()
+        if total <= 0:  # every filled level has ratio 0: fall back to size-proportional
+            ratios, total = filled.astype(np.float64), float(filled.sum())
+        ratios = ratios / total
+        if self.ratio_schedule == "anneal" and progress > 0:
+            f = min(1.0, progress)
+            ratios = (1.0 - f) * ratios + f * filled / filled.sum()
+        return ratios
+
+    def draw(self, batch_size: int, stored_rows: int, pos: int, progress: float = 0.0) -> SampledIndices:
+        """Sample ``batch_size`` (row, env) pairs from a ring whose next write row is ``pos``."""
+        layout = self.layout
+        filled = layout.filled_rows(stored_rows)
+        probs = self.level_probabilities(stored_rows, progress)
+        counts = stratified_counts(batch_size, probs)
+        self.level_samples += counts
+        levels = self.rng.permutation(np.repeat(np.arange(layout.num_levels), counts))
+        ages = layout.level_start[levels] + (self.rng.random(batch_size) * filled[levels]).astype(np.int64)
+        rows = (pos - 1 - ages) % layout.total_rows
+        envs = self.rng.integers(0, layout.num_envs, size=batch_size) if layout.num_envs > 1 \
+            else np.zeros(batch_size, dtype=np.int64)
+        weights = None
+        if self.importance_beta is not None:
+            weights = self._weights(levels, probs, filled)
+        return SampledIndices(rows=rows, envs=envs, levels=levels, weights=weights)
+
+    def _weights(self, levels: np.ndarray, probs: np.ndarray, filled: np.ndarray) -> np.ndarray:
+        # P(a given transition of level i) = p_i / n_i; w = (N*P)^-beta, divided by the largest
+        # weight any stored transition can get, so weights are in (0, 1] and comparable across batches.
+        stored = filled * self.layout.num_envs
+        drawable = (probs > 0) & (stored > 0)
+        per_level = np.zeros_like(probs)
+        per_level[drawable] = (stored.sum() * probs[drawable] / stored[drawable]) ** -self.importance_beta
+        return (per_level[levels] / per_level[drawable].max()).astype(np.float32)
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "level_samples": self.level_samples.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.level_samples[:] = state["level_samples"]
