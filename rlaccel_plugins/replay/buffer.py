@@ -167,6 +167,15 @@ class TieredReplay:
                 raise invalid(f"{name}.shape", f"start with num_envs={self.num_envs}", array.shape,
                               "Stack one entry per env (for one env: value[None]).")
             specs[name] = (array.shape[1:], array.dtype)
+        self.allocate(specs)
+
+    def allocate(self, specs: dict[str, tuple[tuple[int, ...], Any]]) -> None:
+        """Allocate storage for fields ``{name: (per-env shape, dtype)}`` before the first add.
+
+        Adapters whose framework knows the spaces up front call this; otherwise the first
+        :meth:`add` does it. Zero-filled, like the frameworks' own buffers.
+        """
+        specs = {name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in specs.items()}
         dedup = self.config.dedup_frames
         obs_spec, next_spec = specs.get(OBS), specs.get(NEXT_OBS)
         pixels = obs_spec is not None and obs_spec == next_spec
@@ -221,12 +230,13 @@ class TieredReplay:
         return Sample(data=self.gather(where.rows, where.envs), indices=where.rows * self.num_envs + where.envs,
                       levels=where.levels, weights=where.weights)
 
-    def gather(self, rows: np.ndarray, envs: np.ndarray) -> dict[str, np.ndarray]:
-        """Data of the transitions at physical ``rows`` and env streams ``envs``."""
-        data = self.storage.gather(rows, envs)
-        if self.frames is not None:
-            data.update(self.frames.gather(rows, envs))
-        return {name: data[name] for name in self.specs}
+    def gather(self, rows: np.ndarray, envs: np.ndarray, fields: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Data of the transitions at physical ``rows`` and env streams ``envs`` (all or some ``fields``)."""
+        names = list(self.specs) if fields is None else list(fields)
+        data = self.storage.gather(rows, envs, names)
+        if self.frames is not None and (OBS in names or NEXT_OBS in names):
+            data.update(self.frames.gather(rows, envs, names))
+        return {name: data[name] for name in names}
 
     def age_of(self, rows: np.ndarray) -> np.ndarray:
         """Age of physical rows (0 = the newest row)."""
@@ -254,8 +264,7 @@ class TieredReplay:
                              f"num_envs={self.num_envs}. Build the buffer with the saved settings.")
         self.specs = None
         if state["specs"] is not None:
-            self._allocate({name: np.zeros((self.num_envs, *shape), dtype) for name, (shape, dtype)
-                            in state["specs"].items()})
+            self.allocate(state["specs"])
             self.storage.load_state_dict(state["storage"])
             if self.frames is not None:
                 self.frames.load_state_dict(state["frames"])

@@ -28,8 +28,8 @@ class RingStorage:
         for name, array in self.arrays.items():
             array[row] = values[name]
 
-    def gather(self, rows: np.ndarray, envs: np.ndarray) -> dict[str, np.ndarray]:
-        return {name: array[rows, envs] for name, array in self.arrays.items()}
+    def gather(self, rows: np.ndarray, envs: np.ndarray, names=None) -> dict[str, np.ndarray]:
+        return {name: array[rows, envs] for name, array in self.arrays.items() if names is None or name in names}
 
     @property
     def nbytes(self) -> int:
@@ -127,10 +127,13 @@ class FrameStackStorage:
         frames[live % new_size] = self.frames[live % self.pool_size]
         self.frames = frames
 
-    def gather(self, rows: np.ndarray, envs: np.ndarray) -> dict[str, np.ndarray]:
-        size = self.pool_size
-        return {"obs": self.frames[self.obs_ids[rows, envs] % size],
-                "next_obs": self.frames[self.next_ids[rows, envs] % size]}
+    def gather(self, rows: np.ndarray, envs: np.ndarray, names=("obs", "next_obs")) -> dict[str, np.ndarray]:
+        size, out = self.pool_size, {}
+        if "obs" in names:
+            out["obs"] = self.frames[self.obs_ids[rows, envs] % size]
+        if "next_obs" in names:
+            out["next_obs"] = self.frames[self.next_ids[rows, envs] % size]
+        return out
 
     def forget_episode(self) -> None:
         """Make the next add start fresh stacks (after a reset of the buffer)."""

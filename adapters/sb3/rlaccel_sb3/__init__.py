@@ -1,9 +1,18 @@
-"""rlaccel for Stable-Baselines3 (filled in by the SB3 adapter issue)."""
+"""rlaccel for Stable-Baselines3: tiered replay buffers, sparse/dense updates and envpool, drop-in.
+
+Examples:
+    >>> from stable_baselines3 import DQN
+    >>> from rlaccel_sb3 import TieredReplayBuffer
+    >>> model = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=TieredReplayBuffer,
+    ...             replay_buffer_kwargs=dict(preset="classic_control"))
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from rlaccel_sb3.accelerate import accelerate, restore
+from rlaccel_sb3.buffers import TieredDictReplayBuffer, TieredReplayBuffer
+from rlaccel_sb3.callback import SparseDenseCallback
+from rlaccel_sb3.envpool_vec_env import EnvPoolVecEnv
 
-
-def accelerate(model: Any, preset: str | None = None, **overrides: Any) -> Any:
-    raise NotImplementedError("rlaccel_sb3.accelerate is not implemented yet.")
+__all__ = ["EnvPoolVecEnv", "SparseDenseCallback", "TieredDictReplayBuffer", "TieredReplayBuffer", "accelerate",
+           "restore"]

@@ -1,0 +1,267 @@
+"""SB3 replay buffers backed by the core tiered engine: drop-in for `ReplayBuffer` / `DictReplayBuffer`.
+
+Only the storage and the choice of rows change. SB3's contract is kept: ``sample`` /
+``_get_samples``, VecNormalize (normalised at sample time with current statistics), timeouts
+(``TimeLimit.truncated``), n-step returns (``n_steps`` / ``gamma``, the same computation as SB3's
+``NStepReplayBuffer``), sampling with replacement, ``pos`` / ``full`` / ``buffer_size`` / ``dones``,
+pickling for ``save_replay_buffer`` / ``load_replay_buffer``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.buffers import BaseBuffer, DictReplayBuffer, ReplayBuffer
+from stable_baselines3.common.type_aliases import DictReplayBufferSamples, ReplayBufferSamples
+from stable_baselines3.common.vec_env import VecNormalize
+
+from rlaccel_plugins.config import _int
+from rlaccel_plugins.replay import TieredReplay
+from rlaccel_plugins.replay.sizing import resolve_replay_config
+
+
+class TieredBufferMixin:
+    """Everything the two SB3 buffer classes share; the storage is a :class:`TieredReplay`."""
+
+    _engine: TieredReplay
+
+    def _init_tiered(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
+                     device: Any, n_envs: int, optimize_memory_usage: bool, handle_timeout_termination: bool,
+                     preset: str | None, n_steps: int, gamma: float, seed: int | None,
+                     replay_overrides: dict[str, Any]) -> None:
+        replay = resolve_replay_config(buffer_size, n_envs, preset, **replay_overrides)
+        self._engine = TieredReplay.from_config(replay, num_envs=n_envs, seed=seed)
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device=device, n_envs=n_envs)
+        self.buffer_size = self._engine.layout.total_rows  # rows, as in SB3 (each holds n_envs transitions)
+        # our next_obs is always the true next observation, so SB3's memory optimisation is not needed;
+        # the flag is accepted (and kept, SB3 reads it) but changes nothing here
+        self.optimize_memory_usage = optimize_memory_usage
+        self.handle_timeout_termination = handle_timeout_termination
+        self.n_steps = int(_int("n_steps", n_steps, minimum=1))
+        self.gamma = float(gamma)
+        self.last_weights: np.ndarray | None = None
+        self.last_levels: np.ndarray | None = None
+        action_dtype = ReplayBuffer._maybe_cast_dtype(action_space.dtype)
+        specs = {**self._obs_specs(), "action": ((self.action_dim,), action_dtype), "reward": ((), np.float32),
+                 "done": ((), np.float32), "timeout": ((), np.float32)}
+        self._engine.allocate(specs)
+
+    # ------------------------------------------------------------------ SB3's attributes, backed by the engine
+    @property
+    def pos(self) -> int:
+        return self._engine.pos
+
+    @pos.setter
+    def pos(self, value: int) -> None:
+        self._engine.pos = int(value)
+
+    @property
+    def full(self) -> bool:
+        return self._engine.full
+
+    @full.setter
+    def full(self, value: bool) -> None:
+        self._engine.full = bool(value)
+
+    @property
+    def actions(self) -> np.ndarray:
+        return self._engine.storage.arrays["action"]
+
+    @property
+    def rewards(self) -> np.ndarray:
+        return self._engine.storage.arrays["reward"]
+
+    @property
+    def dones(self) -> np.ndarray:
+        return self._engine.storage.arrays["done"]
+
+    @property
+    def timeouts(self) -> np.ndarray:
+        return self._engine.storage.arrays["timeout"]
+
+    @property
+    def engine(self) -> TieredReplay:
+        """The core :class:`TieredReplay` (levels, statistics, state)."""
+        return self._engine
+
+    # ------------------------------------------------------------------ writing
+    def add(self, obs, next_obs, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
+            infos: list[dict[str, Any]]) -> None:
+        if self.handle_timeout_termination:
+            timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
+        else:
+            timeout = np.zeros(self.n_envs, dtype=np.float32)
+        self._engine.add(**self._obs_fields(obs, "obs"), **self._obs_fields(next_obs, "next_obs"),
+                         action=np.asarray(action).reshape((self.n_envs, self.action_dim)),
+                         reward=reward, done=done, timeout=timeout)
+
+    # ------------------------------------------------------------------ reading
+    def sample(self, batch_size: int, env: VecNormalize | None = None):
+        """Tiered sample (stratified across levels, shuffled); weights and levels kept on the buffer."""
+        where = self._engine.sample_indices(batch_size)
+        self.last_weights, self.last_levels = where.weights, where.levels
+        return self._get_samples(where.rows, env=env, env_indices=where.envs)
+
+    def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None,
+                     env_indices: np.ndarray | None = None):
+        if env_indices is None:
+            env_indices = self._engine.sampler.rng.integers(0, self.n_envs, size=len(batch_inds))
+        if self.n_steps > 1:
+            return self._n_step_samples(batch_inds, env_indices, env)
+        data = self._engine.gather(batch_inds, env_indices)
+        dones = (data["done"] * (1 - data["timeout"])).reshape(-1, 1)
+        rewards = self._normalize_reward(data["reward"].reshape(-1, 1), env)
+        return self._samples(self._obs_from(data, "obs", env), data["action"],
+                             self._obs_from(data, "next_obs", env), dones, rewards)
+
+    def _n_step_samples(self, batch_inds: np.ndarray, env_indices: np.ndarray, env: VecNormalize | None):
+        # SB3's NStepReplayBuffer computation on our storage, with the newest row treated as truncated
+        # so that no n-step return runs past the data into older rows of the ring
+        n, envs = self.n_steps, env_indices[:, None]
+        indices = (batch_inds[:, None] + np.arange(n)) % self.buffer_size
+        beyond_newest = self._engine.age_of(batch_inds)[:, None] - np.arange(n) < 0
+        rewards_seq = self._normalize_reward(self.rewards[indices, envs], env)
+        dones_seq = self.dones[indices, envs].astype(bool)
+        timeouts_seq = self.timeouts[indices, envs].astype(bool)
+        newest = (self._engine.age_of(indices) == 0) & ~dones_seq
+        stop = dones_seq | timeouts_seq | newest | beyond_newest
+        done_idx = np.where(stop.any(axis=1), stop.argmax(axis=1), n - 1)
+        mask = np.arange(n)[None, :] <= done_idx[:, None]
+        discounts = (self.gamma ** mask.sum(axis=1, keepdims=True)).astype(np.float32)
+        returns = (rewards_seq * (self.gamma ** np.arange(n, dtype=np.float32))[None, :] * mask).sum(
+            axis=1, keepdims=True).astype(np.float32)
+        last = (batch_inds + done_idx) % self.buffer_size
+        final = self._engine.gather(last, env_indices, self._names("next_obs") + ["done", "timeout"])
+        dones = (final["done"] * (1.0 - final["timeout"])).reshape(-1, 1)
+        first = self._engine.gather(batch_inds, env_indices, self._names("obs") + ["action"])
+        return self._samples(self._obs_from(first, "obs", env), first["action"],
+                             self._obs_from(final, "next_obs", env), dones, returns, discounts)
+
+    def _samples(self, obs, actions, next_obs, dones, rewards, discounts=None):
+        def torch(x):
+            return self.to_torch(x, copy=False)  # freshly gathered arrays: no second copy needed
+
+        tensor_obs = {k: torch(v) for k, v in obs.items()} if isinstance(obs, dict) else torch(obs)
+        tensor_next = {k: torch(v) for k, v in next_obs.items()} if isinstance(next_obs, dict) else torch(next_obs)
+        cls = DictReplayBufferSamples if isinstance(obs, dict) else ReplayBufferSamples
+        return cls(tensor_obs, torch(actions), tensor_next, torch(dones.astype(np.float32, copy=False)),
+                   torch(rewards.astype(np.float32, copy=False)), None if discounts is None else torch(discounts))
+
+    # ------------------------------------------------------------------ observations (plain or dict)
+    def _obs_specs(self) -> dict[str, tuple]:
+        dtype = self.observation_space.dtype
+        return {"obs": (self.obs_shape, dtype), "next_obs": (self.obs_shape, dtype)}
+
+    def _obs_fields(self, obs, prefix: str) -> dict[str, np.ndarray]:
+        obs = np.asarray(obs)
+        if isinstance(self.observation_space, spaces.Discrete):
+            obs = obs.reshape((self.n_envs, *self.obs_shape))
+        return {prefix: obs}
+
+    def _names(self, prefix: str) -> list[str]:
+        return [prefix]
+
+    def _obs_from(self, data: dict[str, np.ndarray], prefix: str, env: VecNormalize | None):
+        return self._normalize_obs(data[prefix], env)
+
+
+class TieredReplayBuffer(TieredBufferMixin, ReplayBuffer):
+    """SB3 ``ReplayBuffer`` with tiered sampling and the core engine's storage (frames stored once).
+
+    Args:
+        buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
+        handle_timeout_termination: as SB3 passes them (``optimize_memory_usage`` is accepted, and
+            unneeded: next observations are always stored, de-duplicated for stacked frames).
+        preset: rlaccel preset whose tiers to use (e.g. ``"atari"``).
+        level_capacity, sampling_ratio, ratio_schedule, anneal_steps, importance_beta: tier settings;
+            without ``level_capacity`` or a preset the default tier proportions are scaled to ``buffer_size``.
+        n_steps, gamma: n-step returns as in SB3's ``NStepReplayBuffer`` (``n_steps=1``: off).
+        seed: seed of the buffer's sampling RNG.
+
+    Examples:
+        >>> from stable_baselines3 import DQN
+        >>> from rlaccel_sb3 import TieredReplayBuffer
+        >>> model = DQN("MlpPolicy", "CartPole-v1", buffer_size=50_000,
+        ...             replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset="classic_control"))
+        >>> model.replay_buffer.engine.config.level_capacity
+        (5000, 45000)
+    """
+
+    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
+                 device: Any = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
+                 handle_timeout_termination: bool = True, *, preset: str | None = None,
+                 level_capacity: list[int] | None = None, sampling_ratio: list[float] | None = None,
+                 ratio_schedule: str | None = None, anneal_steps: int | None = None,
+                 importance_beta: float | None = None, n_steps: int = 1, gamma: float = 0.99,
+                 seed: int | None = None) -> None:
+        self._init_tiered(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
+                          handle_timeout_termination, preset, n_steps, gamma, seed,
+                          dict(level_capacity=level_capacity, sampling_ratio=sampling_ratio,
+                               levels=len(level_capacity) if level_capacity is not None else None,
+                               ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
+                               importance_beta=importance_beta))
+
+    @property
+    def observations(self) -> np.ndarray:
+        return self._plain_obs("obs")
+
+    @property
+    def next_observations(self) -> np.ndarray:
+        return self._plain_obs("next_obs")
+
+    def _plain_obs(self, name: str) -> np.ndarray:
+        if name not in self._engine.storage.arrays:
+            raise AttributeError(f"{name} is stored as de-duplicated frames; read it with "
+                                 "buffer.engine.gather(rows, envs) instead of as one array")
+        return self._engine.storage.arrays[name]
+
+
+class TieredDictReplayBuffer(TieredBufferMixin, DictReplayBuffer):
+    """SB3 ``DictReplayBuffer`` (dict observations) with tiered sampling; same arguments as
+    :class:`TieredReplayBuffer`. Each observation key is a field of its own (no frame de-duplication)."""
+
+    def __init__(self, buffer_size: int, observation_space: spaces.Dict, action_space: spaces.Space,
+                 device: Any = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
+                 handle_timeout_termination: bool = True, *, preset: str | None = None,
+                 level_capacity: list[int] | None = None, sampling_ratio: list[float] | None = None,
+                 ratio_schedule: str | None = None, anneal_steps: int | None = None,
+                 importance_beta: float | None = None, n_steps: int = 1, gamma: float = 0.99,
+                 seed: int | None = None) -> None:
+        self._init_tiered(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
+                          handle_timeout_termination, preset, n_steps, gamma, seed,
+                          dict(level_capacity=level_capacity, sampling_ratio=sampling_ratio,
+                               levels=len(level_capacity) if level_capacity is not None else None,
+                               ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
+                               importance_beta=importance_beta))
+
+    @property
+    def observations(self) -> dict[str, np.ndarray]:
+        return {k: self._engine.storage.arrays[f"obs.{k}"] for k in self.obs_shape}
+
+    @property
+    def next_observations(self) -> dict[str, np.ndarray]:
+        return {k: self._engine.storage.arrays[f"next_obs.{k}"] for k in self.obs_shape}
+
+    def _obs_specs(self) -> dict[str, tuple]:
+        specs = {}
+        for prefix in ("obs", "next_obs"):
+            for key, shape in self.obs_shape.items():
+                specs[f"{prefix}.{key}"] = (shape, self.observation_space[key].dtype)
+        return specs
+
+    def _obs_fields(self, obs, prefix: str) -> dict[str, np.ndarray]:
+        out = {}
+        for key, shape in self.obs_shape.items():
+            value = np.asarray(obs[key])
+            if isinstance(self.observation_space[key], spaces.Discrete):
+                value = value.reshape((self.n_envs, *shape))
+            out[f"{prefix}.{key}"] = value
+        return out
+
+    def _names(self, prefix: str) -> list[str]:
+        return [f"{prefix}.{k}" for k in self.obs_shape]
+
+    def _obs_from(self, data: dict[str, np.ndarray], prefix: str, env: VecNormalize | None):
+        return self._normalize_obs({k: data[f"{prefix}.{k}"] for k in self.obs_shape}, env)

@@ -1,0 +1,110 @@
+"""`SparseDenseCallback`: installs the sparse/dense updater (and importance weights) on an SB3 model."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+from rlaccel_plugins.config import AccelConfig, load_config
+from rlaccel_plugins.metrics import FpsMeter, collect_metrics
+from rlaccel_plugins.updates import SparseDenseUpdater
+from rlaccel_sb3.networks import critic_networks, trained_networks
+from rlaccel_sb3.weights import ImportanceWeightHook
+
+logger = logging.getLogger("rlaccel")
+
+
+class SparseDenseCallback(BaseCallback):
+    """Sparse/dense updates, importance weights and rlaccel metrics for any SB3 algorithm.
+
+    At training start it attaches a :class:`~rlaccel_plugins.SparseDenseUpdater` to every
+    network/optimizer pair (DQN ``q_net``; QR-DQN ``quantile_net``; SAC/TD3/DDPG ``actor`` and
+    ``critic``; PPO/A2C ``policy``), and, when the replay buffer returns importance weights, scales
+    the TD loss per sample. At training end (idempotent: RL Zoo calls it twice) it restores every
+    ``requires_grad`` flag and keeps the schedule's phase for the next ``learn()``. It logs
+    ``rlaccel/*`` values through SB3's logger (so TensorBoard, CSV and wandb work as usual).
+
+    Args:
+        preset: preset whose ``training`` block gives the schedule (default: the loaded config).
+        sparse_update_interval, dense_layers: override the preset.
+        sparse: ``False`` keeps every update full (metrics and weights only).
+        config: a ready :class:`AccelConfig` instead of ``preset`` + overrides.
+
+    Examples:
+        >>> from stable_baselines3 import PPO
+        >>> from rlaccel_sb3 import SparseDenseCallback
+        >>> model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1)
+        >>> cb = SparseDenseCallback(sparse_update_interval=10, dense_layers=[-1])
+        >>> _ = model.learn(128, callback=cb)
+        >>> cb.stats["full_updates"] + cb.stats["dense_updates"]
+        4
+    """
+
+    def __init__(self, preset: str | None = None, sparse_update_interval: int | None = None,
+                 dense_layers: list[int | str] | None = None, *, sparse: bool = True,
+                 config: AccelConfig | None = None, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        overrides = {k: v for k, v in dict(sparse_update_interval=sparse_update_interval,
+                                           dense_layers=dense_layers).items() if v is not None}
+        self.config = load_config(config, preset=preset, **overrides) if config is not None \
+            else load_config(preset=preset, **overrides)
+        self.sparse = sparse
+        self.updater: SparseDenseUpdater | None = None
+        self.weights: ImportanceWeightHook | None = None
+        self._saved_state: dict | None = None
+        self._fps: FpsMeter | None = None
+        self._final_stats: dict[str, float] = {}
+        self.networks: list[str] = []  # names of the networks under the schedule in the last learn()
+
+    def _on_training_start(self) -> None:
+        self.teardown()  # a previous learn() that never reached its end
+        if self.sparse:
+            self.updater = SparseDenseUpdater.from_config(self.config)
+            if self._saved_state is not None:
+                self.updater.load_state_dict(self._saved_state)
+            batch = getattr(self.model, "batch_size", None) or 8
+            self.networks = []
+            for net in trained_networks(self.model, batch=min(int(batch), 256)):
+                att = self.updater.attach(net.module, net.optimizer, example_input=net.example_input, name=net.name)
+                self.networks.append(net.name)
+                if self.verbose:
+                    print(f"rlaccel: {net.name}: layers {att.layer_map.describe()}; "
+                          f"{len(att.dense)} dense / {len(att.frozen)} sparse-only parameter tensors")
+        buffer = getattr(self.model, "replay_buffer", None)
+        if buffer is not None and getattr(getattr(buffer, "engine", None), "config", None) is not None \
+                and buffer.engine.config.importance_beta is not None:
+            self.weights = ImportanceWeightHook(buffer, critic_networks(self.model))
+        self._fps = FpsMeter(self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        for key, value in self._metrics().items():
+            self.logger.record(key, value)
+
+    def _metrics(self) -> dict[str, float]:
+        buffer = getattr(self.model, "replay_buffer", None)
+        engine = getattr(buffer, "engine", None)
+        fps = self._fps.read(self.num_timesteps) if self._fps else None
+        return collect_metrics(updater=self.updater, replay=engine, fps=fps)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """The updater's counters (kept after training ends)."""
+        return self.updater.stats if self.updater is not None and self.updater.attachments else self._final_stats
+
+    def _on_training_end(self) -> None:
+        self.teardown()
+
+    def teardown(self) -> None:
+        """Detach everything and restore every flag; safe to call any number of times."""
+        if self.updater is not None and self.updater.attachments:
+            self._saved_state = self.updater.state_dict()
+            self._final_stats = self.updater.stats
+            self.updater.detach()
+        if self.weights is not None:
+            self.weights.remove()
+            self.weights = None
