@@ -126,8 +126,10 @@ def test_save_load_continue_model_and_buffer(tmp_path):
         assert np.array_equal(a["storage"][name], b["storage"][name]), name
     assert a["sampler"]["rng"] == b["sampler"]["rng"]  # same sampling stream
     assert np.array_equal(model.replay_buffer.sample(32).observations, loaded.replay_buffer.sample(32).observations)
-    loaded.learn(300, reset_num_timesteps=False)
+    callback = SparseDenseCallback(sparse_update_interval=4, dense_layers=[-1])  # installs on the loaded model
+    loaded.learn(300, reset_num_timesteps=False, callback=callback)
     assert loaded.num_timesteps == 1000
+    assert callback.stats["full_updates"] + callback.stats["dense_updates"] == loaded._n_updates - model._n_updates
 
 
 def test_pixel_observations_are_stored_once():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -141,7 +142,8 @@ class TieredReplay:
         """Add one lock-step row: every field has a leading ``num_envs`` dimension.
 
         Fields, shapes and dtypes are fixed by the first add; later adds must match (values are cast
-        with numpy's ``same_kind`` rule, e.g. float64 -> float32; int -> float is refused).
+        with numpy's ``same_kind`` rule, e.g. float64 -> float32; int -> float is refused). A bad add
+        raises before anything is written.
         """
         if self.specs is None:
             self._allocate(fields)
@@ -150,8 +152,11 @@ class TieredReplay:
         if self.frames is not None:
             wraps = self.full or row + 1 == self.layout.total_rows
             oldest = (row + 1) % self.layout.total_rows if wraps else (0 if row > 0 else None)
-            self.frames.write(row, values.pop(OBS), values.pop(NEXT_OBS), oldest)
-        self.storage.write(row, values)
+            dtype = self.frames.dtype  # compared bitwise, so cast first
+            self.frames.write(row, values.pop(OBS).astype(dtype, copy=False),
+                              values.pop(NEXT_OBS).astype(dtype, copy=False), oldest)
+        for name, array in values.items():
+            self.storage.arrays[name][row] = array  # numpy casts (same_kind was checked)
         self.pos = (row + 1) % self.layout.total_rows
         self.full = self.full or self.pos == 0
         self.added += self.num_envs
@@ -188,25 +193,31 @@ class TieredReplay:
         self.frames = FrameStackStorage(self.layout.total_rows, self.num_envs, *obs_spec) if dedup else None
         self.storage = RingStorage(self.layout.total_rows, self.num_envs, plain)
         self.specs = specs
+        self._expected = {name: ((self.num_envs, *shape), dtype) for name, (shape, dtype) in specs.items()}
 
     def _check(self, fields: dict[str, Any]) -> dict[str, np.ndarray]:
-        if fields.keys() != self.specs.keys():
-            missing, extra = sorted(self.specs.keys() - fields.keys()), sorted(fields.keys() - self.specs.keys())
-            raise ConfigError(f"add() fields must match the first add {sorted(self.specs)}, got missing={missing} "
+        # the hot path of every add: one dict lookup, a shape and a dtype comparison per field
+        expected = self._expected
+        if len(fields) != len(expected) or not all(name in expected for name in fields):
+            missing, extra = sorted(expected.keys() - fields.keys()), sorted(fields.keys() - expected.keys())
+            raise ConfigError(f"add() fields must match the first add {sorted(expected)}, got missing={missing} "
                               f"extra={extra}. Pass the same fields on every add.")
         values = {}
         for name, value in fields.items():
-            shape, dtype = self.specs[name]
-            array = np.asarray(value)
-            if array.shape != (self.num_envs, *shape):
-                raise invalid(f"{name}.shape", f"be {(self.num_envs, *shape)} as on the first add", array.shape)
-            if array.dtype != dtype:
-                if not np.can_cast(array.dtype, dtype, casting="same_kind"):
-                    raise invalid(f"{name}.dtype", f"be castable to {dtype} (fixed by the first add)",
-                                  str(array.dtype), f"Convert with .astype({dtype.name!r}).")
-                array = array.astype(dtype)
+            shape, dtype = expected[name]
+            array = value if type(value) is np.ndarray else np.asarray(value)
+            if array.shape != shape:
+                raise invalid(f"{name}.shape", f"be {shape} as on the first add", array.shape)
+            if array.dtype is not dtype and array.dtype != dtype and not self._castable(array.dtype, dtype):
+                raise invalid(f"{name}.dtype", f"be castable to {dtype} (fixed by the first add)",
+                              str(array.dtype), f"Convert with .astype({dtype.name!r}).")
             values[name] = array
         return values
+
+    @staticmethod
+    @lru_cache(maxsize=256)
+    def _castable(source: np.dtype, target: np.dtype) -> bool:
+        return bool(np.can_cast(source, target, casting="same_kind"))
 
     def reset(self) -> None:
         """Forget every transition (storage stays allocated; counters of samples are kept)."""

@@ -44,6 +44,9 @@ class TieredSampler:
         self.importance_beta = importance_beta
         self.rng = np.random.default_rng(seed)
         self.level_samples = np.zeros(layout.num_levels, dtype=np.int64)
+        self._plan_key: tuple | None = None
+        self._plan_value: tuple = ()
+        self._counts = np.zeros(layout.num_levels, dtype=np.int64)
 
     def level_probabilities(self, stored_rows: int, progress: float = 0.0) -> np.ndarray:
         """Share of a batch each level gets now (zero for empty levels; sums to 1)."""
@@ -61,19 +64,30 @@ class TieredSampler:
     def draw(self, batch_size: int, stored_rows: int, pos: int, progress: float = 0.0) -> SampledIndices:
         """Sample ``batch_size`` (row, env) pairs from a ring whose next write row is ``pos``."""
         layout = self.layout
-        filled = layout.filled_rows(stored_rows)
-        probs = self.level_probabilities(stored_rows, progress)
-        counts = stratified_counts(batch_size, probs)
-        self.level_samples += counts
-        levels = self.rng.permutation(np.repeat(np.arange(layout.num_levels), counts))
-        ages = layout.level_start[levels] + (self.rng.random(batch_size) * filled[levels]).astype(np.int64)
+        filled, probs, levels_sorted, base, width = self._plan(batch_size, stored_rows, progress)
+        self.level_samples += self._counts
+        order = self.rng.permutation(batch_size)
+        levels = levels_sorted[order]
+        ages = base[order] + (self.rng.random(batch_size) * width[order]).astype(np.int64)
         rows = (pos - 1 - ages) % layout.total_rows
         envs = self.rng.integers(0, layout.num_envs, size=batch_size) if layout.num_envs > 1 \
             else np.zeros(batch_size, dtype=np.int64)
-        weights = None
-        if self.importance_beta is not None:
-            weights = self._weights(levels, probs, filled)
+        weights = self._weights(levels, probs, filled) if self.importance_beta is not None else None
         return SampledIndices(rows=rows, envs=envs, levels=levels, weights=weights)
+
+    def _plan(self, batch_size: int, stored_rows: int, progress: float):
+        # the split only changes with the fill (and the anneal progress): cache it, since a full
+        # buffer with a constant schedule samples with the same plan forever
+        key = (batch_size, stored_rows, progress if self.ratio_schedule == "anneal" else 0.0)
+        if key != self._plan_key:
+            filled = self.layout.filled_rows(stored_rows)
+            probs = self.level_probabilities(stored_rows, progress)
+            self._counts = stratified_counts(batch_size, probs)
+            levels_sorted = np.repeat(np.arange(self.layout.num_levels), self._counts)
+            self._plan_value = (filled, probs, levels_sorted, self.layout.level_start[levels_sorted],
+                                filled[levels_sorted])
+            self._plan_key = key
+        return self._plan_value
 
     def _weights(self, levels: np.ndarray, probs: np.ndarray, filled: np.ndarray) -> np.ndarray:
         # P(a given transition of level i) = p_i / n_i; w = (N*P)^-beta, divided by the largest

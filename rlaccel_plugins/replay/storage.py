@@ -24,10 +24,6 @@ class RingStorage:
         self.specs = specs
         self.arrays = {name: np.zeros((rows, num_envs, *shape), dtype=dtype) for name, (shape, dtype) in specs.items()}
 
-    def write(self, row: int, values: dict[str, np.ndarray]) -> None:
-        for name, array in self.arrays.items():
-            array[row] = values[name]
-
     def gather(self, rows: np.ndarray, envs: np.ndarray, names=None) -> dict[str, np.ndarray]:
         return {name: array[rows, envs] for name, array in self.arrays.items() if names is None or name in names}
 

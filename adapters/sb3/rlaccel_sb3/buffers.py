@@ -41,6 +41,9 @@ class TieredBufferMixin:
         self.handle_timeout_termination = handle_timeout_termination
         self.n_steps = int(_int("n_steps", n_steps, minimum=1))
         self.gamma = float(gamma)
+        self._action_shape = (n_envs, self.action_dim)
+        self._plain_box = isinstance(observation_space, spaces.Box)  # obs passes through as it is
+        self._no_timeouts = np.zeros(n_envs, dtype=np.float32)
         self.last_weights: np.ndarray | None = None
         self.last_levels: np.ndarray | None = None
         action_dtype = ReplayBuffer._maybe_cast_dtype(action_space.dtype)
@@ -92,10 +95,13 @@ class TieredBufferMixin:
         if self.handle_timeout_termination:
             timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
         else:
-            timeout = np.zeros(self.n_envs, dtype=np.float32)
-        self._engine.add(**self._obs_fields(obs, "obs"), **self._obs_fields(next_obs, "next_obs"),
-                         action=np.asarray(action).reshape((self.n_envs, self.action_dim)),
-                         reward=reward, done=done, timeout=timeout)
+            timeout = self._no_timeouts
+        action = np.asarray(action).reshape(self._action_shape)
+        if self._plain_box:
+            self._engine.add(obs=obs, next_obs=next_obs, action=action, reward=reward, done=done, timeout=timeout)
+        else:
+            self._engine.add(**self._obs_fields(obs, "obs"), **self._obs_fields(next_obs, "next_obs"),
+                             action=action, reward=reward, done=done, timeout=timeout)
 
     # ------------------------------------------------------------------ reading
     def sample(self, batch_size: int, env: VecNormalize | None = None):
@@ -155,9 +161,8 @@ class TieredBufferMixin:
         return {"obs": (self.obs_shape, dtype), "next_obs": (self.obs_shape, dtype)}
 
     def _obs_fields(self, obs, prefix: str) -> dict[str, np.ndarray]:
-        obs = np.asarray(obs)
         if isinstance(self.observation_space, spaces.Discrete):
-            obs = obs.reshape((self.n_envs, *self.obs_shape))
+            obs = np.asarray(obs).reshape((self.n_envs, *self.obs_shape))
         return {prefix: obs}
 
     def _names(self, prefix: str) -> list[str]:

@@ -1,0 +1,104 @@
+"""Overhead of the SB3 adapter's tiered buffer vs stock SB3, CartPole-v1 DQN, in one run.
+
+Two costs, each timed stock vs tiered in interleaved rounds (A B A B ...); the overhead is the
+median over rounds of the tiered/stock ratio within a round (robust to the host's slow phases):
+
+- per env step: ``learn()`` with no gradient steps (policy inference, env step, buffer add, callbacks)
+- per gradient step: ``train()`` on a full buffer (buffer sample + DQN update), RL Zoo's batch 64
+
+Usage:
+    python benchmarks/sb3_overhead.py [--env-steps 20000] [--grad-steps 2000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import timeit
+
+import numpy as np
+import torch
+from stable_baselines3 import DQN
+
+from rlaccel_sb3 import TieredReplayBuffer
+
+ZOO = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, gamma=0.99, target_update_interval=10,
+           exploration_fraction=0.16, exploration_final_eps=0.04)
+
+
+def make(tiered: bool, **kw) -> DQN:
+    extra = dict(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset="classic_control")) \
+        if tiered else {}
+    return DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(net_arch=[256, 256]), seed=0, **ZOO, **extra, **kw)
+
+
+def env_step_us(tiered: bool, steps: int) -> float:
+    model = make(tiered, learning_starts=0, train_freq=256, gradient_steps=0)
+    start = time.perf_counter()
+    model.learn(steps)
+    return 1e6 * (time.perf_counter() - start) / steps
+
+
+def grad_step_ms(model: DQN, steps: int) -> float:
+    start = time.perf_counter()
+    model.train(gradient_steps=steps, batch_size=64)
+    return 1e3 * (time.perf_counter() - start) / steps
+
+
+def buffer_call_us(model: DQN) -> tuple[float, float]:
+    """Best-of-5 cost of one buffer add and one sample(64), in microseconds (the low-noise view)."""
+    buf = model.replay_buffer
+    obs = np.zeros((1, 4), np.float32)
+    args = (obs, obs, np.array([1]), np.array([1.0], np.float32), np.array([False]), [{}])
+    state = (buf.pos, buf.full)
+    add = min(timeit.repeat(lambda: buf.add(*args), number=5000, repeat=5)) / 5000 * 1e6
+    buf.pos, buf.full = state  # leave the filled buffer as it was for the timing of train()
+    sample = min(timeit.repeat(lambda: buf.sample(64), number=2000, repeat=5)) / 2000 * 1e6
+    return add, sample
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env-steps", type=int, default=10_000)
+    parser.add_argument("--grad-steps", type=int, default=1_000)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--json", help="write results here")
+    args = parser.parse_args()
+
+    trained = {}
+    for tiered in (False, True):  # fill each buffer once for the gradient-step timing
+        model = make(tiered, learning_starts=0, train_freq=256, gradient_steps=0)
+        model.learn(50_000)
+        model.policy.set_training_mode(True)
+        trained[tiered] = model
+    times = {"env_stock": [], "env_tiered": [], "grad_stock": [], "grad_tiered": []}
+    for _ in range(args.rounds):
+        for tiered, name in ((False, "stock"), (True, "tiered")):
+            times[f"env_{name}"].append(env_step_us(tiered, args.env_steps))
+            times[f"grad_{name}"].append(grad_step_ms(trained[tiered], args.grad_steps))
+    calls = {name: buffer_call_us(trained[tiered]) for tiered, name in ((False, "stock"), (True, "tiered"))}
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    ratio = {kind: float(np.median(np.array(times[f"{kind}_tiered"]) / np.array(times[f"{kind}_stock"])))
+             for kind in ("env", "grad")}
+    result = {**med, "env_step_overhead": ratio["env"] - 1, "grad_step_overhead": ratio["grad"] - 1,
+              "rounds": times, "add_us": {k: v[0] for k, v in calls.items()},
+              "sample64_us": {k: v[1] for k, v in calls.items()}}
+    print(f"CartPole-v1 DQN, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"median of {args.rounds} interleaved rounds")
+    print(f"per env step:      stock {med['env_stock']:8.1f} us   tiered {med['env_tiered']:8.1f} us   "
+          f"overhead {result['env_step_overhead']:+.1%}")
+    print(f"per gradient step: stock {med['grad_stock']:8.3f} ms   tiered {med['grad_tiered']:8.3f} ms   "
+          f"overhead {result['grad_step_overhead']:+.1%}")
+    spread = {kind: np.array(times[f"{kind}_tiered"]) / np.array(times[f"{kind}_stock"]) for kind in ("env", "grad")}
+    print(f"per-round ratio range: env step {spread['env'].min():.2f}-{spread['env'].max():.2f}, "
+          f"gradient step {spread['grad'].min():.2f}-{spread['grad'].max():.2f}")
+    print(f"buffer.add: stock {calls['stock'][0]:.1f} us, tiered {calls['tiered'][0]:.1f} us; "
+          f"sample(64): stock {calls['stock'][1]:.1f} us, tiered {calls['tiered'][1]:.1f} us (best of 5)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
