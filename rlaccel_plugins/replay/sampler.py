@@ -75,6 +75,36 @@ class TieredSampler:
         weights = self._weights(levels, probs, filled) if self.importance_beta is not None else None
         return SampledIndices(rows=rows, envs=envs, levels=levels, weights=weights)
 
+    def draw_streams(self, batch_size: int, stored_rows: np.ndarray, pos: np.ndarray,
+                     progress: float = 0.0) -> SampledIndices:
+        """Like :meth:`draw` for env streams that are *not* in lock-step (each its own ring).
+
+        ``stored_rows[s]`` and ``pos[s]`` describe stream ``s``. Levels are split over all streams'
+        data together; inside a level, every stored transition of every stream is equally likely.
+        """
+        layout = self.layout
+        stored_rows, pos = np.asarray(stored_rows), np.asarray(pos)
+        per_stream = np.clip(stored_rows[:, None] - layout.level_start[None, :], 0, layout.rows_per_level[None, :])
+        filled = per_stream.sum(axis=0)  # rows of each level over all streams
+        ratios = np.where(filled > 0, self.sampling_ratio, 0.0)
+        probs = ratios / ratios.sum() if ratios.sum() > 0 else filled / filled.sum()
+        if self.ratio_schedule == "anneal" and progress > 0:
+            f = min(1.0, progress)
+            probs = (1.0 - f) * probs + f * filled / filled.sum()
+        counts = stratified_counts(batch_size, probs)
+        self.level_samples += counts
+        levels = self.rng.permutation(np.repeat(np.arange(layout.num_levels), counts))
+        streams = np.empty(batch_size, dtype=np.int64)
+        for level in np.flatnonzero(counts):
+            at = levels == level
+            share = per_stream[:, level] / filled[level]
+            streams[at] = self.rng.choice(len(stored_rows), size=int(counts[level]), p=share)
+        width = per_stream[streams, levels]
+        ages = layout.level_start[levels] + (self.rng.random(batch_size) * width).astype(np.int64)
+        rows = (pos[streams] - 1 - ages) % layout.total_rows
+        weights = self._weights(levels, probs, filled) if self.importance_beta is not None else None
+        return SampledIndices(rows=rows, envs=streams, levels=levels, weights=weights)
+
     def _plan(self, batch_size: int, stored_rows: int, progress: float):
         # the split only changes with the fill (and the anneal progress): cache it, since a full
         # buffer with a constant schedule samples with the same plan forever

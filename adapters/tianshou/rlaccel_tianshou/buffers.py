@@ -1,0 +1,205 @@
+"""Tianshou buffers with tiered sampling: drop-in for `ReplayBuffer` and `VectorReplayBuffer`.
+
+Tianshou keeps its own storage (so ``stack_num``, ``save_only_last_obs``, ``ignore_obs_next``,
+n-step ``prev``/``next``, ``save_hdf5``/``load_hdf5`` all work as before); the core engine's
+sampler chooses the indices. Two Tianshou 2.0.1 defects are fixed here rather than inherited:
+``hasnull()`` (called by the trainer on every training step) checks only what was written since
+the previous call instead of materialising the whole buffer, and the vector buffer's sub-buffers
+get independent random streams and stay linked to the shared storage after unpickling.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager
+
+from rlaccel_plugins.replay import TieredSampler, TierLayout
+from rlaccel_plugins.replay.sizing import resolve_replay_config
+
+logger = logging.getLogger("rlaccel")
+
+
+def _tier_settings(size: int, num_streams: int, preset: str | None, overrides: dict[str, Any]):
+    """The replay config and the per-stream tier layout for a buffer of ``size`` transitions."""
+    replay = resolve_replay_config(size, num_streams, preset, **overrides)
+    layout = TierLayout(replay.level_capacity, num_streams)
+    if layout.capacity != size:
+        logger.info("rlaccel: the tiers %s set the buffer's capacity to %d transitions (size was %d)",
+                    list(replay.level_capacity), layout.capacity, size)
+    return replay, layout
+
+
+class IncrementalNullCheck:
+    """``hasnull()`` over the rows written since the last call, not the whole buffer."""
+
+    def _init_null_check(self) -> None:
+        self._unchecked: list[np.ndarray] = []
+        self._check_everything = True  # the first call (and the first after loading) checks it all
+
+    def _note_written(self, indices: np.ndarray) -> None:
+        self._unchecked.append(np.asarray(indices))
+
+    def hasnull(self) -> bool:
+        if self._check_everything or not hasattr(self, "_unchecked"):
+            self._check_everything, self._unchecked = False, []
+            return super().hasnull() if len(self) else False
+        if not self._unchecked:
+            return False
+        written = np.unique(np.concatenate(self._unchecked))
+        self._unchecked = []
+        return bool(self._meta[written].hasnull())
+
+    def _reset_null_check_after_load(self) -> None:
+        self._unchecked, self._check_everything = [], True
+
+
+class TieredReplayBuffer(IncrementalNullCheck, ReplayBuffer):
+    """Tianshou ``ReplayBuffer`` whose samples are split across age levels (L0 newest).
+
+    Args:
+        size: capacity when no tiers are given (the default proportions are scaled to it).
+        stack_num, ignore_obs_next, save_only_last_obs, sample_avail, random_seed: as Tianshou's.
+        preset, level_capacity, sampling_ratio, ratio_schedule, anneal_steps, importance_beta: tiers;
+            explicit ``level_capacity`` or a preset set the capacity to their sum.
+
+    With ``importance_beta`` each sampled batch carries ``batch.weight`` (used by Tianshou's
+    MSE-based losses: DQN without Huber, DDPG/TD3/SAC critics).
+
+    Examples:
+        >>> from rlaccel_tianshou import TieredReplayBuffer
+        >>> buf = TieredReplayBuffer(20_000, preset=None, level_capacity=[2000, 18000], sampling_ratio=[0.3, 0.7])
+        >>> buf.maxsize
+        20000
+    """
+
+    def __init__(self, size: int, stack_num: int = 1, ignore_obs_next: bool = False,
+                 save_only_last_obs: bool = False, sample_avail: bool = False, random_seed: int = 42, *,
+                 preset: str | None = None, level_capacity: list[int] | None = None,
+                 sampling_ratio: list[float] | None = None, ratio_schedule: str | None = None,
+                 anneal_steps: int | None = None, importance_beta: float | None = None, **kwargs: Any) -> None:
+        replay, layout = _tier_settings(size, 1, preset, dict(
+            level_capacity=level_capacity, levels=len(level_capacity) if level_capacity else None,
+            sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
+            importance_beta=importance_beta))
+        super().__init__(layout.total_rows, stack_num=stack_num, ignore_obs_next=ignore_obs_next,
+                         save_only_last_obs=save_only_last_obs, sample_avail=sample_avail,
+                         random_seed=random_seed, **kwargs)
+        self.sampler = TieredSampler(layout, replay.sampling_ratio, replay.ratio_schedule, replay.importance_beta,
+                                     seed=random_seed)
+        self.anneal_steps = replay.anneal_steps
+        self.added = 0
+        self._init_null_check()
+
+    def add(self, batch: Batch, buffer_ids: np.ndarray | list[int] | None = None):
+        result = super().add(batch, buffer_ids)
+        self._note_written(result[0])
+        self.added += len(result[0])
+        return result
+
+    def sample_indices(self, batch_size: int | None) -> np.ndarray:
+        if batch_size is None or batch_size <= 0 or len(self) == 0 or (self.stack_num > 1 and self._sample_avail):
+            return super().sample_indices(batch_size)  # Tianshou's meanings of None / 0 / <0, and sample_avail
+        where = self.sampler.draw_streams(batch_size, np.array([self._size]), np.array([self._insertion_idx]),
+                                          self.added / self.anneal_steps)
+        self._last_weights = where.weights
+        return where.rows
+
+    def sample(self, batch_size: int | None) -> tuple[Batch, np.ndarray]:
+        self._last_weights = None
+        indices = self.sample_indices(batch_size)
+        batch = self[indices]
+        if self._last_weights is not None:
+            batch.weight = self._last_weights
+        return batch, indices
+
+    def stats(self) -> dict[str, float]:
+        """``level_fill/L<i>`` and ``level_samples/L<i>`` (as the core engine reports them)."""
+        return _level_stats(self.sampler, np.array([self._size]))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._reset_null_check_after_load()
+
+
+class TieredVectorReplayBuffer(IncrementalNullCheck, ReplayBufferManager):
+    """Drop-in for Tianshou's ``VectorReplayBuffer(total_size, buffer_num, **kwargs)`` with tiered sampling.
+
+    Levels are split over every sub-buffer's data together; inside a level each stored transition
+    of any sub-buffer is equally likely, whether or not the envs step in lock-step. Tier settings
+    as for :class:`TieredReplayBuffer` (capacities count transitions over all sub-buffers).
+
+    Examples:
+        >>> from rlaccel_tianshou import TieredVectorReplayBuffer
+        >>> buf = TieredVectorReplayBuffer(20_000, 10, preset="classic_control")
+        >>> buf.maxsize, buf.buffer_num
+        (50000, 10)
+    """
+
+    def __init__(self, total_size: int, buffer_num: int, *, preset: str | None = None,
+                 level_capacity: list[int] | None = None, sampling_ratio: list[float] | None = None,
+                 ratio_schedule: str | None = None, anneal_steps: int | None = None,
+                 importance_beta: float | None = None, random_seed: int = 42, **kwargs: Any) -> None:
+        if buffer_num < 1:
+            from rlaccel_plugins.errors import invalid
+
+            raise invalid("buffer_num", "be >= 1", buffer_num)
+        replay, layout = _tier_settings(total_size, buffer_num, preset, dict(
+            level_capacity=level_capacity, levels=len(level_capacity) if level_capacity else None,
+            sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
+            importance_beta=importance_beta))
+        # independent streams: Tianshou gives every sub-buffer RandomState(42)
+        children = [ReplayBuffer(layout.total_rows, random_seed=random_seed + i, **kwargs) for i in range(buffer_num)]
+        super().__init__(children)
+        self.sampler = TieredSampler(layout, replay.sampling_ratio, replay.ratio_schedule, replay.importance_beta,
+                                     seed=random_seed)
+        self.anneal_steps = replay.anneal_steps
+        self.added = 0
+        self._init_null_check()
+
+    def add(self, batch: Batch, buffer_ids: np.ndarray | list[int] | None = None):
+        result = super().add(batch, buffer_ids)
+        self._note_written(result[0])
+        self.added += len(result[0])
+        return result
+
+    def _stream_state(self) -> tuple[np.ndarray, np.ndarray]:
+        sizes = np.array([len(b) for b in self.buffers])
+        positions = np.array([b._insertion_idx for b in self.buffers])
+        return sizes, positions
+
+    def sample_indices(self, batch_size: int | None) -> np.ndarray:
+        sizes, positions = self._stream_state()
+        if batch_size is None or batch_size <= 0 or sizes.sum() == 0 or (self.stack_num > 1 and self._sample_avail):
+            return super().sample_indices(batch_size)
+        where = self.sampler.draw_streams(batch_size, sizes, positions, self.added / self.anneal_steps)
+        self._last_weights = where.weights
+        return self._offset[where.envs] + where.rows
+
+    def sample(self, batch_size: int | None) -> tuple[Batch, np.ndarray]:
+        self._last_weights = None
+        indices = self.sample_indices(batch_size)
+        batch = self[indices]
+        if self._last_weights is not None:
+            batch.weight = self._last_weights
+        return batch, indices
+
+    def stats(self) -> dict[str, float]:
+        return _level_stats(self.sampler, self._stream_state()[0])
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        if self._meta.get_keys():  # re-link the sub-buffers to the shared storage (lost by pickling)
+            self._set_batch_for_children()
+        self._reset_null_check_after_load()
+
+
+def _level_stats(sampler: TieredSampler, sizes: np.ndarray) -> dict[str, float]:
+    layout = sampler.layout
+    per_stream = np.clip(sizes[:, None] - layout.level_start[None, :], 0, layout.rows_per_level[None, :])
+    fill = per_stream.sum(axis=0) / (layout.rows_per_level * len(sizes))
+    out = {f"level_fill/L{i}": float(f) for i, f in enumerate(fill)}
+    out.update({f"level_samples/L{i}": int(n) for i, n in enumerate(sampler.level_samples)})
+    return out

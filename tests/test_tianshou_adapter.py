@@ -1,0 +1,266 @@
+"""The Tianshou adapter with real Tianshou 2.0 training (small budgets)."""
+
+import copy
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from tianshou.algorithm import DQN, PPO, SAC
+from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy
+from tianshou.algorithm.modelfree.sac import SACPolicy
+from tianshou.algorithm.optim import AdamOptimizerFactory
+from tianshou.data import Batch, Collector, VectorReplayBuffer
+from tianshou.env import DummyVectorEnv
+from tianshou.trainer import OffPolicyTrainerParams, OnPolicyTrainerParams
+from tianshou.utils.net.common import ActorCritic, Net
+from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
+from tianshou.utils.torch_utils import policy_within_training_step
+
+import rlaccel_plugins as rla
+from rlaccel_tianshou import (
+    SparseDenseOnPolicyWrapper,
+    SparseDenseWrapper,
+    SparseDenseWrapperFactory,
+    TieredCollectorFactory,
+    TieredReplayBuffer,
+    TieredVectorReplayBuffer,
+    unwrap_state_dict,
+)
+
+
+def envs(env_id, n, seed=0):
+    venv = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(n)])
+    venv.seed(seed)
+    return venv
+
+
+def make_dqn(hidden=(32, 32, 32), lr=1e-3, seed=0, **kw):
+    torch.manual_seed(seed)
+    net = Net(state_shape=4, action_shape=2, hidden_sizes=list(hidden))
+    policy = DiscreteQLearningPolicy(model=net, action_space=gym.spaces.Discrete(2), eps_training=0.2)
+    return DQN(policy=policy, optim=AdamOptimizerFactory(lr=lr), gamma=0.9, n_step_return_horizon=3,
+               target_update_freq=100, **kw)
+
+
+def first_weight(algorithm):
+    return next(algorithm.policy.model.parameters())
+
+
+def transition(i, obs_shape=(4,)):
+    return Batch(obs=np.full((1, *obs_shape), i, np.float32), act=np.array([i % 2]), rew=np.array([float(i)]),
+                 terminated=np.array([i % 17 == 16]), truncated=np.array([False]),
+                 obs_next=np.full((1, *obs_shape), i + 1, np.float32), info=Batch())
+
+
+# ------------------------------------------------------------------ buffers
+def test_single_buffer_samples_levels_by_age_and_keeps_tianshou_semantics():
+    buf = TieredReplayBuffer(100, level_capacity=[10, 90], sampling_ratio=[0.5, 0.5], random_seed=1)
+    for i in range(130):  # wraps
+        buf.add(transition(i), buffer_ids=[0])
+    batch, idx = buf.sample(400)
+    ages = 129 - batch.rew.astype(int)
+    assert ((ages < 10) == (np.arange(400) < 0) | (ages < 10)).all()
+    assert np.mean(ages < 10) == pytest.approx(0.5)
+    assert (ages < 100).all()
+    assert len(buf.sample_indices(0)) == 100 and len(buf.sample_indices(None)) == 100  # Tianshou's meanings
+    assert len(buf.sample_indices(-1)) == 0
+
+
+def test_vector_buffer_levels_over_all_sub_buffers_with_independent_streams():
+    buf = TieredVectorReplayBuffer(400, 4, level_capacity=[40, 360], sampling_ratio=[0.7, 0.3])
+    assert [b.maxsize for b in buf.buffers] == [100] * 4
+    for i in range(150):
+        batch = Batch.cat([transition(i) for _ in range(4)])
+        batch.rew = np.full(4, float(i))
+        buf.add(batch, buffer_ids=[0, 1, 2, 3])
+    batch, idx = buf.sample(1000)
+    ages = 149 - batch.rew.astype(int)
+    assert np.mean(ages < 10) == pytest.approx(0.7, abs=0.001)  # 40 transitions / 4 envs = 10 newest rows
+    streams = idx // 100
+    assert sorted(np.bincount(streams)) == sorted(np.bincount(streams)) and len(set(np.bincount(streams))) > 1
+    local = [idx[streams == s] % 100 for s in range(4)]
+    assert not all(np.array_equal(np.sort(local[0][:5]), np.sort(loc[:5])) for loc in local[1:])
+    assert [b._random_state.randint(1 << 30) for b in buf.buffers] != [buf.buffers[0]._random_state.randint(1 << 30)] * 4
+
+
+def test_vector_buffer_pickle_and_hdf5_keep_sub_buffers_linked(tmp_path):
+    buf = TieredVectorReplayBuffer(40, 2, level_capacity=[8, 32], sampling_ratio=[0.5, 0.5])
+    for i in range(7):
+        batch = Batch.cat([transition(i), transition(i)])
+        batch.terminated = np.array([False, False])
+        buf.add(batch, buffer_ids=[0, 1])
+    for restored in (pickle.loads(pickle.dumps(buf)), _hdf5_round_trip(buf, tmp_path)):
+        assert np.array_equal(restored.obs, buf.obs) and np.array_equal(restored.sample_indices(0), buf.sample_indices(0))
+        done = Batch.cat([transition(99), transition(99)])
+        done.terminated = np.array([True, True])
+        restored.add(done, buffer_ids=[0, 1])
+        assert restored.buffers[0].done[7] and restored.done[7]          # the child sees the manager's write
+        assert len(restored.unfinished_index()) == 0
+        assert restored.sampler.layout.level_capacity.tolist() == [8, 32]
+
+
+def _hdf5_round_trip(buf, tmp_path):
+    path = tmp_path / "buffer.hdf5"
+    buf.save_hdf5(str(path))
+    return TieredVectorReplayBuffer.load_hdf5(str(path))
+
+
+def test_hasnull_checks_only_new_rows_and_still_finds_nan():
+    buf = TieredVectorReplayBuffer(200, 2, level_capacity=[20, 180], sampling_ratio=[0.5, 0.5])
+    for i in range(50):
+        buf.add(Batch.cat([transition(i), transition(i)]), buffer_ids=[0, 1])
+    assert not buf.hasnull()           # the first call checks everything
+    assert not buf.hasnull()           # nothing new
+    bad = Batch.cat([transition(60), transition(61)])
+    bad.obs[1, 2] = np.nan
+    buf.add(bad, buffer_ids=[0, 1])
+    assert buf.hasnull()
+
+
+def test_frame_stacking_options_work_with_tiered_sampling():
+    buf = TieredReplayBuffer(60, stack_num=4, save_only_last_obs=True, ignore_obs_next=True,
+                             level_capacity=[10, 50], sampling_ratio=[0.5, 0.5])
+    for i in range(40):
+        frames = np.stack([np.full((3, 3), i + k, np.uint8) for k in range(4)])  # env-side stack, newest last
+        buf.add(Batch(obs=frames[None], act=[0], rew=[float(i)], terminated=[False], truncated=[False],
+                      obs_next=frames[None] + 1, info=Batch()), buffer_ids=[0])
+    batch, _ = buf.sample(16)
+    assert batch.obs.shape == (16, 4, 3, 3)
+    newest = batch.obs[:, -1, 0, 0].astype(int)
+    assert np.array_equal(newest, batch.rew.astype(int) + 3)        # stacks rebuilt from the last frames
+    assert np.array_equal(batch.obs_next[:, -1, 0, 0].astype(int)[batch.rew < 39], newest[batch.rew < 39] + 1)
+
+
+def test_importance_weights_come_with_the_batch():
+    buf = TieredReplayBuffer(100, level_capacity=[10, 90], sampling_ratio=[0.5, 0.5], importance_beta=1.0)
+    for i in range(100):
+        buf.add(transition(i), buffer_ids=[0])
+    batch, _ = buf.sample(50)
+    recent = 99 - batch.rew.astype(int) < 10
+    assert np.allclose(batch.weight[recent], 0.2 / 1.8) and np.allclose(batch.weight[~recent], 1.0)
+
+
+# ------------------------------------------------------------------ the wrapper
+def test_dqn_trains_with_buffer_and_wrapper_and_frozen_layers_stay_bit_identical():
+    algo = SparseDenseWrapper(make_dqn(), sparse_update_interval=10**6, dense_layers=[-1])
+    train_envs = envs("CartPole-v1", 4)
+    buf = TieredVectorReplayBuffer(2000, 4, level_capacity=[200, 1800], sampling_ratio=[0.5, 0.5])
+    collector = Collector(algo, train_envs, buf, exploration_noise=True)
+    collector.reset()
+    collector.collect(n_step=400, random=True)
+    with policy_within_training_step(algo.policy):
+        algo.update(buffer=buf, sample_size=32)           # step 0: full
+        before = copy.deepcopy(algo.policy.model.state_dict())
+        for _ in range(30):
+            stats = algo.update(buffer=buf, sample_size=32)
+    after = algo.policy.model.state_dict()
+    last = sorted(before)[-1].rsplit(".", 1)[0]            # the output layer's parameters move
+    for name in before:
+        assert torch.equal(before[name], after[name]) == (not name.startswith(last)), name
+    assert algo.updater.stats["dense_updates"] == 30
+    assert stats.rlaccel_dense_updates == 30 and stats.rlaccel_level_fill_L0 == 1.0  # logged with the losses
+
+
+def test_sac_pendulum_and_ppo_cartpole_train_through_run_training():
+    torch.manual_seed(0)
+    # SAC, Pendulum: three optimizers (actor, two critics) under the schedule
+    env = gym.make("Pendulum-v1")
+    actor = ContinuousActorProbabilistic(preprocess_net=Net(state_shape=3, hidden_sizes=[32, 32]),
+                                         action_shape=1, unbounded=True, conditioned_sigma=True)
+    critics = [ContinuousCritic(preprocess_net=Net(state_shape=3, action_shape=1, hidden_sizes=[32, 32], concat=True))
+               for _ in range(2)]
+    policy = SACPolicy(actor=actor, action_space=env.action_space)
+    sac = SAC(policy=policy, policy_optim=AdamOptimizerFactory(lr=1e-3), critic=critics[0],
+              critic_optim=AdamOptimizerFactory(lr=1e-3), critic2=critics[1], critic2_optim=AdamOptimizerFactory(lr=1e-3))
+    sac = SparseDenseWrapper(sac, sparse_update_interval=4, dense_layers=[-1])
+    buf = TieredVectorReplayBuffer(2000, 2, level_capacity=[200, 1800], sampling_ratio=[0.5, 0.5])
+    collector = Collector(sac, envs("Pendulum-v1", 2), buf, exploration_noise=True)
+    collector.reset()
+    collector.collect(n_step=200, random=True)
+    sac.run_training(OffPolicyTrainerParams(training_collector=collector, max_epochs=1, epoch_num_steps=300,
+                                            collection_step_num_env_steps=10, batch_size=32, show_progress=False,
+                                            verbose=False, test_collector=None))
+    assert len(sac.updater.attachments) == 3
+    assert sac.updater.stats["dense_updates"] > sac.updater.stats["full_updates"] > 0
+
+    # PPO, CartPole: many minibatch steps per update, each on the schedule
+    torch.manual_seed(0)
+    net = Net(state_shape=4, hidden_sizes=[32, 32])
+    actor, critic = DiscreteActor(preprocess_net=net, action_shape=2), DiscreteCritic(preprocess_net=Net(
+        state_shape=4, hidden_sizes=[32, 32]))
+    policy = ProbabilisticActorPolicy(actor=actor, dist_fn=torch.distributions.Categorical,
+                                      action_space=gym.spaces.Discrete(2), action_scaling=False)
+    ppo = SparseDenseOnPolicyWrapper(PPO(policy=policy, critic=critic, optim=AdamOptimizerFactory(lr=1e-3)),
+                                     sparse_update_interval=5, dense_layers=[-1])
+    collector = Collector(ppo, envs("CartPole-v1", 2), VectorReplayBuffer(512, 2))
+    ppo.run_training(OnPolicyTrainerParams(training_collector=collector, max_epochs=1, epoch_num_steps=512,
+                                           collection_step_num_env_steps=256, batch_size=64,
+                                           update_step_num_repetitions=2, show_progress=False, verbose=False,
+                                           test_collector=None))
+    stats = ppo.updater.stats
+    assert stats["full_updates"] + stats["dense_updates"] == 16  # 2 updates x 2 repetitions x 4 minibatches
+    assert isinstance(ppo.updater.attachments[0].module, ActorCritic)
+
+
+def test_checkpoints_load_both_ways_and_lr_schedulers_step():
+    algo = SparseDenseWrapper(make_dqn(), sparse_update_interval=3, dense_layers=[-1])
+    buf = TieredReplayBuffer(500, level_capacity=[50, 450], sampling_ratio=[0.5, 0.5])
+    collector = Collector(algo, envs("CartPole-v1", 1), buf, exploration_noise=True)
+    collector.reset()
+    collector.collect(n_step=200, random=True)
+    with policy_within_training_step(algo.policy):
+        for _ in range(7):
+            algo.update(buffer=buf, sample_size=16)
+    state = algo.state_dict()
+    assert "_rlaccel" in state and not any(k.startswith("wrapped_algorithm.") for k in state)
+    # wrapper -> wrapper: the phase of the schedule comes back too
+    twin = SparseDenseWrapper(make_dqn(seed=1), sparse_update_interval=3, dense_layers=[-1])
+    twin.load_state_dict(state)
+    assert torch.equal(first_weight(twin), first_weight(algo))
+    # unwrapped -> wrapper, and wrapper -> unwrapped
+    plain = make_dqn(seed=2)
+    SparseDenseWrapper(make_dqn(seed=3), dense_layers=[-1]).load_state_dict(plain.state_dict())
+    plain.load_state_dict(unwrap_state_dict(state))
+    assert torch.equal(first_weight(plain), first_weight(algo))
+    # continue training after loading
+    with policy_within_training_step(twin.policy):
+        twin.update(buffer=buf, sample_size=16)
+    assert twin.updater.stats["full_updates"] + twin.updater.stats["dense_updates"] == 8
+    # attribute access falls through to the wrapped algorithm
+    assert twin.gamma == 0.9 and twin.optim is twin.wrapped_algorithm.optim
+
+    from tianshou.algorithm.optim import LRSchedulerFactoryLinear
+
+    optim = AdamOptimizerFactory(lr=1e-3)
+    optim.with_lr_scheduler_factory(LRSchedulerFactoryLinear(max_epochs=1, epoch_num_steps=10,
+                                                             collection_step_num_env_steps=1))
+    scheduled = SparseDenseWrapper(DQN(policy=make_dqn().policy, optim=optim), dense_layers=[-1])
+    with policy_within_training_step(scheduled.policy):
+        for _ in range(3):
+            scheduled.update(buffer=buf, sample_size=16)
+    assert scheduled.wrapped_algorithm.optim._optim.param_groups[0]["lr"] < 1e-3
+
+
+def test_accelerate_dispatches_and_high_level_factories_build_tiered_parts():
+    algo = rla.accelerate(make_dqn(), preset="classic_control", dense_layers=[-1])
+    assert isinstance(algo, SparseDenseWrapper) and algo.updater.schedule.interval == 100
+    collector = TieredCollectorFactory("classic_control").create_collector(
+        algo, envs("CartPole-v1", 2), VectorReplayBuffer(1000, 2, stack_num=1))
+    assert isinstance(collector.buffer, TieredVectorReplayBuffer) and collector.buffer.buffer_num == 2
+    wrapped = SparseDenseWrapperFactory("atari").create_wrapped_algorithm(make_dqn(), None, None, "cpu")
+    assert isinstance(wrapped, SparseDenseWrapper) and wrapped.rlaccel_config.preset == "atari"
+
+
+def test_envpool_envs_from_make_vec_env_feed_tianshou_collectors():
+    algo = make_dqn()
+    venv = rla.make_vec_env("CartPole-v1", num_envs=4, backend="envpool", seed=0)
+    buf = TieredVectorReplayBuffer(1000, 4, level_capacity=[100, 900], sampling_ratio=[0.5, 0.5])
+    collector = Collector(algo, venv, buf, exploration_noise=True)
+    collector.reset()
+    stats = collector.collect(n_step=400)
+    assert stats.n_collected_steps == 400 and len(buf) == 400
+    assert buf.sample(32)[0].obs.shape == (32, 4)
