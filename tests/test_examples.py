@@ -14,6 +14,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
     ("sb3_sac_pendulum.py", ["--steps", "300"]),
     ("sb3_ppo_cartpole.py", ["--steps", "600"]),
     ("sb3_dqn_pong_envpool.py", ["--steps", "400", "--envs", "2", "--learning-starts", "200"]),
+    ("tianshou_dqn_cartpole.py", ["--steps", "1500"]),
+    ("tianshou_ppo_cartpole.py", ["--steps", "2048"]),
+    ("tianshou_dqn_pong_envpool.py", ["--steps", "300", "--envs", "2"]),
 ])
 def test_example_runs(script, args, tmp_path):
     run = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
