@@ -264,3 +264,26 @@ def test_envpool_envs_from_make_vec_env_feed_tianshou_collectors():
     stats = collector.collect(n_step=400)
     assert stats.n_collected_steps == 400 and len(buf) == 400
     assert buf.sample(32)[0].obs.shape == (32, 4)
+
+
+def test_high_level_experiment_switches_on_with_one_call(tmp_path):
+    from tianshou.highlevel.config import OffPolicyTrainingConfig
+    from tianshou.highlevel.env import EnvFactoryRegistered, VectorEnvType
+    from tianshou.highlevel.experiment import DQNExperimentBuilder, ExperimentConfig
+    from tianshou.highlevel.params.algorithm_params import DQNParams
+
+    from rlaccel_tianshou import with_rlaccel
+
+    builder = DQNExperimentBuilder(
+        EnvFactoryRegistered(task="CartPole-v1", venv_type=VectorEnvType.DUMMY),
+        ExperimentConfig(persistence_enabled=False, watch=False, device="cpu", persistence_base_dir=str(tmp_path),
+                         log_file_enabled=False),
+        OffPolicyTrainingConfig(max_epochs=1, epoch_num_steps=500, batch_size=32, num_training_envs=2,
+                                num_test_envs=1, buffer_size=2000, collection_step_num_env_steps=10,
+                                update_step_num_gradient_steps_per_sample=0.1, test_step_num_episodes=1),
+    ).with_dqn_params(DQNParams(lr=1e-3, n_step_return_horizon=3)).with_model_factory_default(hidden_sizes=(32,) * 4)
+    result = with_rlaccel(builder, "classic_control").build().run()
+    world = result.world
+    assert isinstance(world.algorithm, SparseDenseWrapper)
+    assert isinstance(world.training_collector.buffer, TieredVectorReplayBuffer)
+    assert world.algorithm.updater.stats["full_updates"] + world.algorithm.updater.stats["dense_updates"] == 50
