@@ -52,6 +52,77 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                                 description="Show library versions, cores, GPU and what 'auto' resolves to.")
     env.set_defaults(func=cmd_env)
 
+    train = subparsers.add_parser("train", help="train an agent from a preset (or stock, for comparison)",
+                                  description="Train an SB3 or Tianshou agent with rlaccel (or --stock without it); "
+                                              "logs to TensorBoard, evaluates periodically, saves the model.")
+    _add_run_arguments(train)
+    train.add_argument("--framework", choices=["sb3", "tianshou"], default="sb3")
+    train.add_argument("--algo", default="dqn", help="dqn, qrdqn, sac, td3, ddpg, ppo, a2c (SB3); dqn, ppo (Tianshou)")
+    train.add_argument("--env", default="CartPole-v1", help="gymnasium / envpool task id")
+    train.add_argument("--preset", default="classic_control", help="rlaccel preset (see `rlaccel presets`)")
+    train.add_argument("--stock", action="store_true", help="the framework's own settings, no rlaccel")
+    train.add_argument("--logdir", default=None, help="where logs, model and config go (default runs/<task>-<time>)")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="config override, e.g. --set batch_size=128 --set sampling_ratio=[0.5,0.5]")
+    train.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (WANDB_MODE=offline works)")
+    train.set_defaults(func=cmd_train)
+
+    demo = subparsers.add_parser("demo", help="stock vs rlaccel side by side on CartPole, with a plot",
+                                 description="Train stock SB3 DQN and the rlaccel-accelerated one on CartPole-v1 "
+                                             "(interleaved per seed), print time-to-475 of each and their ratio, "
+                                             "and save reward-vs-wall-clock plots.")
+    _add_run_arguments(demo)
+    demo.add_argument("--seeds", type=int, default=1, help="seeds per variant (median reported)")
+    demo.add_argument("--preset", default="classic_control")
+    demo.add_argument("--out", default="demo-results", help="directory for results.json and demo.png")
+    demo.set_defaults(func=cmd_demo)
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=100_000, help="env-step cap")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-freq", type=int, default=2_000, help="env steps between evaluations")
+    parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+
+
+def _parse_overrides(items: list[str]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set must be KEY=VALUE, got --set={item!r}. Example: --set batch_size=128.")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import time
+
+    from rlaccel_plugins.config import load_config
+    from rlaccel_plugins.training import TrainSpec, run_training
+
+    config = load_config(preset=args.preset, **_parse_overrides(args.overrides))
+    logdir = args.logdir or f"runs/{args.framework}-{args.algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config, steps=args.steps,
+                     seed=args.seed, logdir=logdir, stock=args.stock, eval_freq=args.eval_freq,
+                     wandb=args.wandb, progress=not args.no_progress)
+    result = run_training(spec)
+    seconds, steps = result.time_to_threshold(spec.threshold)
+    reached = f"reached {spec.threshold:g} after {seconds:.1f} s / {steps:,} env steps" if seconds is not None \
+        else f"did not reach {spec.threshold} within {result.env_steps:,} env steps"
+    print(f"{spec.variant}: {reached}; final evaluation {result.final_eval}; saved to {logdir}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rlaccel_plugins.demo import run_demo
+
+    run_demo(seeds=args.seeds, preset=args.preset, steps=args.steps, eval_freq=args.eval_freq, out=args.out,
+             progress=not args.no_progress, first_seed=args.seed)
+    return 0
+
 
 def cmd_presets_list(args: argparse.Namespace) -> int:
     from rlaccel_plugins.presets import registry

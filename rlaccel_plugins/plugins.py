@@ -32,6 +32,8 @@ class AdapterSpec:
         supports: human description of the objects it accelerates (for error messages).
         accelerate: ``"module:function"`` implementing ``accelerate(obj, preset=None, **overrides)``.
         install_hint: the pip command that installs the framework.
+        train: ``"module:function"`` implementing ``run(spec, progress) -> TrainResult`` for
+            ``rlaccel train`` (optional).
     """
 
     name: str
@@ -39,17 +41,22 @@ class AdapterSpec:
     supports: str
     accelerate: str
     install_hint: str = ""
+    train: str | None = None
     unavailable_reason: str | None = field(default=None, init=False)
 
     @property
     def available(self) -> bool:
         return self.unavailable_reason is None
 
-    def load_accelerate(self) -> Callable[..., Any]:
+    def load(self, entry: str = "accelerate") -> Callable[..., Any]:
+        """Import the adapter function named by ``entry`` (``"accelerate"`` or ``"train"``)."""
         if not self.available:
             raise ImportError(f"the {self.name!r} adapter is not available: {self.unavailable_reason}. "
                               f"{self.install_hint}".rstrip())
-        module, _, attr = self.accelerate.partition(":")
+        target = getattr(self, entry)
+        if target is None:
+            raise ImportError(f"the {self.name!r} adapter has no {entry!r} entry.")
+        module, _, attr = target.partition(":")
         return getattr(importlib.import_module(module), attr)
 
 
@@ -191,7 +198,7 @@ def accelerate(obj: Any, preset: str | None = None, **overrides: Any) -> Any:
         supported = "; ".join(f"{a.supports} ({a.name})" for a in manager.adapters) or "none registered"
         raise TypeError(f"accelerate() does not know objects of type {type(obj).__qualname__!r}. "
                         f"Supported: {supported}. Pass a model or algorithm of an installed framework.")
-    return manager.adapters.get(name).load_accelerate()(obj, preset=preset, **overrides)
+    return manager.adapters.get(name).load("accelerate")(obj, preset=preset, **overrides)
 
 
 def mro_names(obj: Any) -> set[str]:

@@ -100,7 +100,7 @@ def test_rlaccel_register_adapters(fake_entry_point):
     assert not adapters["ghost"].available
     assert "no_such_framework_xyz is not installed" in adapters["ghost"].unavailable_reason
     with pytest.raises(ImportError, match="pip install ghost"):
-        adapters["ghost"].load_accelerate()
+        adapters["ghost"].load("accelerate")
 
 
 def test_rlaccel_detect_framework(fake_entry_point):

@@ -1,0 +1,112 @@
+"""`rlaccel train --framework tianshou`: a Tianshou DQN agent, stock or with rlaccel.
+
+Stock (``--stock``): the settings of Tianshou's own ``test/discrete/test_dqn.py`` (10 envs, lr 1e-3,
+gamma 0.9, n-step 3, target update 320, 0.1 gradient steps per env step, batch 64, 20k buffer,
+[128]*4 net), a plain ``VectorReplayBuffer``. Accelerated: the recipe of
+``examples/tianshou_dqn_cartpole.py`` with the preset's tiers, batch size and learning rate, the
+tiered buffer, the sparse/dense wrapper and envpool envs when envpool supports the task.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+import yaml
+from tianshou.algorithm import DQN
+from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+from tianshou.algorithm.optim import AdamOptimizerFactory
+from tianshou.data import Collector, VectorReplayBuffer
+from tianshou.env import DummyVectorEnv
+from tianshou.trainer import OffPolicyTrainerParams
+from tianshou.utils.net.common import Net
+
+from rlaccel_plugins.parallel.factory import envpool_env_ids
+from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec
+from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
+from rlaccel_tianshou.wrapper import SparseDenseWrapper
+
+NUM_ENVS = 10
+
+
+def _envs(env_id: str, n: int, seed: int, envpool_ok: bool):
+    if envpool_ok and env_id in envpool_env_ids():
+        import envpool
+
+        return envpool.make_gymnasium(env_id, num_envs=n, seed=seed)
+    venv = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(n)])
+    venv.seed(seed)
+    return venv
+
+
+def run(spec: TrainSpec, progress) -> TrainResult:
+    if spec.algo != "dqn":
+        raise TypeError(f"algo must be 'dqn' for --framework tianshou, got algo={spec.algo!r}. "
+                        "Use --framework sb3 for the other algorithms.")
+    torch.manual_seed(spec.seed)
+    np.random.seed(spec.seed)
+    probe = gym.make(spec.env_id)
+    obs_dim, n_actions = int(np.prod(probe.observation_space.shape)), int(probe.action_space.n)
+    training = spec.config.training
+    if spec.stock:
+        net = Net(state_shape=obs_dim, action_shape=n_actions, hidden_sizes=[128] * 4)
+        eps, lr, gamma, target, batch, ups = 0.1, 1e-3, 0.9, 320, 64, 0.1
+        buffer = VectorReplayBuffer(20_000, NUM_ENVS)
+    else:
+        net = Net(state_shape=obs_dim, action_shape=n_actions, hidden_sizes=[256, 256])
+        eps, lr, gamma, target, batch, ups = 1.0, training.learning_rate, 0.99, 500, training.batch_size, 0.5
+        rb = spec.config.replay_buffer
+        buffer = TieredVectorReplayBuffer(rb.capacity, NUM_ENVS, level_capacity=list(rb.level_capacity),
+                                          sampling_ratio=list(rb.sampling_ratio), ratio_schedule=rb.ratio_schedule,
+                                          anneal_steps=rb.anneal_steps, importance_beta=rb.importance_beta,
+                                          random_seed=spec.seed)
+    policy = DiscreteQLearningPolicy(model=net, action_space=probe.action_space, eps_training=eps, eps_inference=0.0)
+    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=lr), gamma=gamma, n_step_return_horizon=3,
+                    target_update_freq=target)
+    if not spec.stock:
+        algorithm = SparseDenseWrapper(algorithm, config=spec.config)
+    training_collector = Collector(algorithm, _envs(spec.env_id, NUM_ENVS, spec.seed, not spec.stock), buffer,
+                                   exploration_noise=True)
+    eval_collector = Collector(algorithm, _envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
+    training_collector.reset()
+    training_collector.collect(n_step=batch * NUM_ENVS, random=True)
+    clock = EvalClock()
+    at = {"env_step": 0}
+
+    def training_fn(epoch: int, env_step: int) -> None:
+        at["env_step"] = env_step
+        if not spec.stock:
+            policy.set_eps_training(max(0.04, 1.0 - env_step / 16_000))
+        updater = getattr(algorithm, "updater", None)
+        counts = updater.stats if updater is not None and updater.attachments else {}
+        progress.update(env_step, full=counts.get("full_updates"), dense=counts.get("dense_updates"))
+
+    def test_fn(epoch: int, env_step: int | None) -> None:  # Tianshou evaluates: stop our clock
+        at["env_step"] = env_step or at["env_step"]
+        clock.begin_eval()
+
+    def stop_fn(mean_reward: float) -> bool:  # called right after each evaluation
+        clock.end_eval(at["env_step"], mean_reward)
+        progress.update(at["env_step"], eval=mean_reward)
+        return spec.threshold is not None and mean_reward >= spec.threshold
+
+    algorithm.run_training(OffPolicyTrainerParams(
+        training_collector=training_collector, test_collector=eval_collector,
+        test_step_num_episodes=spec.eval_episodes, max_epochs=max(1, spec.steps // spec.eval_freq),
+        epoch_num_steps=spec.eval_freq, collection_step_num_env_steps=NUM_ENVS, batch_size=batch,
+        update_step_num_gradient_steps_per_sample=ups, training_fn=training_fn, test_fn=test_fn, stop_fn=stop_fn,
+        show_progress=False, verbose=False))
+    updater = getattr(algorithm, "updater", None)
+    result = TrainResult(spec={"framework": "tianshou", "algo": spec.algo, "env_id": spec.env_id,
+                               "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
+                         curve=clock.curve, env_steps=int(training_collector.collect_step),
+                         train_seconds=clock.train_seconds(), stats=updater.stats if updater is not None else {})
+    if spec.logdir:
+        out = Path(spec.logdir)
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save(algorithm.state_dict(), out / "algorithm.pt")
+        (out / "rlaccel.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
+        result.model_path = str(out / "algorithm.pt")
+    return result

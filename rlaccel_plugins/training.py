@@ -1,0 +1,120 @@
+"""What `rlaccel train` and `rlaccel demo` run: a framework-neutral spec, result and evaluation clock.
+
+Adapters implement ``run(spec, progress) -> TrainResult`` (registered as ``AdapterSpec.train``); the
+core never imports a framework. Time-to-threshold follows DESIGN.md §8: training wall time with the
+evaluation time excluded, until a deterministic 10-episode evaluation reaches the task's threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlaccel_plugins.config import AccelConfig
+
+THRESHOLDS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0,
+              "Pong-v5": 18.0, "PongNoFrameskip-v4": 18.0}
+
+
+@dataclass
+class TrainSpec:
+    """One training run, as the command line describes it."""
+
+    framework: str
+    algo: str
+    env_id: str
+    config: AccelConfig
+    steps: int = 100_000
+    seed: int = 0
+    logdir: str | None = None
+    stock: bool = False               # the framework's own settings, no rlaccel at all
+    eval_freq: int = 2_000            # env steps between evaluations
+    eval_episodes: int = 10
+    stop_at: float | None = None      # stop when the evaluation mean reaches this (default: the task's threshold)
+    wandb: bool = False
+    progress: bool = True
+
+    @property
+    def threshold(self) -> float | None:
+        return self.stop_at if self.stop_at is not None else THRESHOLDS.get(self.env_id)
+
+    @property
+    def variant(self) -> str:
+        return "stock" if self.stock else f"rlaccel[{self.config.preset}]"
+
+
+@dataclass
+class EvalPoint:
+    env_steps: int
+    train_seconds: float   # wall time spent training so far, evaluations excluded
+    mean_reward: float
+
+
+@dataclass
+class TrainResult:
+    spec: dict[str, Any]
+    curve: list[EvalPoint] = field(default_factory=list)
+    env_steps: int = 0
+    train_seconds: float = 0.0
+    model_path: str | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+    def time_to_threshold(self, threshold: float | None) -> tuple[float | None, int | None]:
+        """``(train seconds, env steps)`` at the first evaluation reaching ``threshold``; None if never."""
+        for point in self.curve:
+            if threshold is not None and point.mean_reward >= threshold:
+                return point.train_seconds, point.env_steps
+        return None, None
+
+    @property
+    def final_eval(self) -> float | None:
+        return self.curve[-1].mean_reward if self.curve else None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2, default=str))
+
+
+class EvalClock:
+    """Training wall time with evaluations cut out, and the evaluation curve."""
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        self._excluded = 0.0
+        self.curve: list[EvalPoint] = []
+
+    def train_seconds(self) -> float:
+        return time.perf_counter() - self._start - self._excluded
+
+    def evaluate(self, env_steps: int, evaluate_fn) -> float:
+        """Run ``evaluate_fn() -> mean reward`` off the clock and record the point."""
+        self.begin_eval()
+        return self.end_eval(env_steps, float(evaluate_fn()))
+
+    def begin_eval(self) -> None:
+        """Stop the training clock (for frameworks that run the evaluation themselves)."""
+        self._eval_started_at, self._eval_clock_value = time.perf_counter(), self.train_seconds()
+
+    def end_eval(self, env_steps: int, mean_reward: float) -> float:
+        """Restart the training clock and record the evaluation point."""
+        self._excluded += time.perf_counter() - self._eval_started_at
+        self.curve.append(EvalPoint(env_steps=env_steps, train_seconds=self._eval_clock_value,
+                                    mean_reward=float(mean_reward)))
+        return float(mean_reward)
+
+
+def run_training(spec: TrainSpec) -> TrainResult:
+    """Run ``spec`` with the adapter of ``spec.framework`` (see ``AdapterSpec.train``)."""
+    from rlaccel_plugins.plugins import get_plugin_manager
+    from rlaccel_plugins.progress import TrainingProgress
+
+    adapter = get_plugin_manager().adapters.get(spec.framework)
+    with TrainingProgress(total=spec.steps, label=f"{spec.framework} {spec.algo} {spec.env_id} {spec.variant}",
+                          enabled=spec.progress) as progress:
+        result = adapter.load("train")(spec, progress)
+    if spec.logdir:
+        Path(spec.logdir).mkdir(parents=True, exist_ok=True)
+        result.save(Path(spec.logdir) / "result.json")
+    return result

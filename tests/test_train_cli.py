@@ -1,0 +1,54 @@
+"""`rlaccel train` and `rlaccel demo` with tiny budgets, for both frameworks."""
+
+import json
+
+import pytest
+
+from rlaccel_plugins.cli import main
+from rlaccel_plugins.progress import TrainingProgress
+
+
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")  # MLP: dense set = whole net
+@pytest.mark.parametrize("framework", ["sb3", "tianshou"])
+@pytest.mark.parametrize("stock", [False, True])
+def test_train_saves_model_config_and_evaluation_curve(framework, stock, tmp_path, capsys):
+    args = ["train", "--framework", framework, "--algo", "dqn", "--env", "CartPole-v1", "--steps", "3000",
+            "--eval-freq", "1000", "--no-progress", "--logdir", str(tmp_path), "--set", "batch_size=32"]
+    assert main(args + (["--stock"] if stock else [])) == 0
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert len(result["curve"]) >= 2 and result["env_steps"] >= 3000
+    assert all(p["train_seconds"] >= 0 for p in result["curve"])
+    assert (tmp_path / ("model.zip" if framework == "sb3" else "algorithm.pt")).exists()
+    assert "batch_size: 32" in (tmp_path / "rlaccel.yaml").read_text()
+    out = capsys.readouterr().out
+    assert ("stock:" if stock else "rlaccel[classic_control]:") in out
+    if not stock:
+        assert result["stats"]["full_updates"] > 0
+
+
+def test_train_reports_bad_overrides_clearly(capsys):
+    assert main(["train", "--set", "batch_size"]) == 2
+    assert "--set must be KEY=VALUE" in capsys.readouterr().err
+    assert main(["train", "--set", "bacth_size=3", "--steps", "10"]) == 2
+    assert "Did you mean 'batch_size'" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_demo_writes_results_and_plot(tmp_path, capsys):
+    assert main(["demo", "--steps", "2000", "--eval-freq", "1000", "--no-progress", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["summary"]) == {"stock", "rlaccel"}
+    assert (tmp_path / "demo.png").stat().st_size > 10_000
+    assert "time to a 10-episode evaluation mean >= 475" in capsys.readouterr().out
+
+
+def test_a_broken_display_never_breaks_training():
+    progress = TrainingProgress(total=10, enabled=True, interval=0.0)
+    with progress:
+        def broken(now):
+            raise OSError("terminal closed")
+
+        progress._draw = broken
+        progress.update(5, reward=1.0)   # must not raise
+        progress.update(6)
+    assert progress.steps == 6 and progress.enabled is False
