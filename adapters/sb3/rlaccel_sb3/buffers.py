@@ -27,11 +27,17 @@ class TieredBufferMixin:
 
     _engine: TieredReplay
 
-    def _init_tiered(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
-                     device: Any, n_envs: int, optimize_memory_usage: bool, handle_timeout_termination: bool,
-                     preset: str | None, n_steps: int, gamma: float, seed: int | None,
-                     replay_overrides: dict[str, Any]) -> None:
-        replay = resolve_replay_config(buffer_size, n_envs, preset, **replay_overrides)
+    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
+                 device: Any = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
+                 handle_timeout_termination: bool = True, *, preset: str | None = None,
+                 level_capacity: list[int] | None = None, sampling_ratio: list[float] | None = None,
+                 ratio_schedule: str | None = None, anneal_steps: int | None = None,
+                 importance_beta: float | None = None, n_steps: int = 1, gamma: float = 0.99,
+                 seed: int | None = None) -> None:
+        replay = resolve_replay_config(buffer_size, n_envs, preset, level_capacity=level_capacity,
+                                       levels=len(level_capacity) if level_capacity is not None else None,
+                                       sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule,
+                                       anneal_steps=anneal_steps, importance_beta=importance_beta)
         self._engine = TieredReplay.from_config(replay, num_envs=n_envs, seed=seed)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device=device, n_envs=n_envs)
         self.buffer_size = self._engine.layout.total_rows  # rows, as in SB3 (each holds n_envs transitions)
@@ -194,20 +200,6 @@ class TieredReplayBuffer(TieredBufferMixin, ReplayBuffer):
         (5000, 45000)
     """
 
-    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
-                 device: Any = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
-                 handle_timeout_termination: bool = True, *, preset: str | None = None,
-                 level_capacity: list[int] | None = None, sampling_ratio: list[float] | None = None,
-                 ratio_schedule: str | None = None, anneal_steps: int | None = None,
-                 importance_beta: float | None = None, n_steps: int = 1, gamma: float = 0.99,
-                 seed: int | None = None) -> None:
-        self._init_tiered(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-                          handle_timeout_termination, preset, n_steps, gamma, seed,
-                          dict(level_capacity=level_capacity, sampling_ratio=sampling_ratio,
-                               levels=len(level_capacity) if level_capacity is not None else None,
-                               ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
-                               importance_beta=importance_beta))
-
     @property
     def observations(self) -> np.ndarray:
         return self._plain_obs("obs")
@@ -226,20 +218,6 @@ class TieredReplayBuffer(TieredBufferMixin, ReplayBuffer):
 class TieredDictReplayBuffer(TieredBufferMixin, DictReplayBuffer):
     """SB3 ``DictReplayBuffer`` (dict observations) with tiered sampling; same arguments as
     :class:`TieredReplayBuffer`. Each observation key is a field of its own (no frame de-duplication)."""
-
-    def __init__(self, buffer_size: int, observation_space: spaces.Dict, action_space: spaces.Space,
-                 device: Any = "auto", n_envs: int = 1, optimize_memory_usage: bool = False,
-                 handle_timeout_termination: bool = True, *, preset: str | None = None,
-                 level_capacity: list[int] | None = None, sampling_ratio: list[float] | None = None,
-                 ratio_schedule: str | None = None, anneal_steps: int | None = None,
-                 importance_beta: float | None = None, n_steps: int = 1, gamma: float = 0.99,
-                 seed: int | None = None) -> None:
-        self._init_tiered(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-                          handle_timeout_termination, preset, n_steps, gamma, seed,
-                          dict(level_capacity=level_capacity, sampling_ratio=sampling_ratio,
-                               levels=len(level_capacity) if level_capacity is not None else None,
-                               ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
-                               importance_beta=importance_beta))
 
     @property
     def observations(self) -> dict[str, np.ndarray]:

@@ -32,18 +32,46 @@ def _tier_settings(size: int, num_streams: int, preset: str | None, overrides: d
     return replay, layout
 
 
-class IncrementalNullCheck:
-    """``hasnull()`` over the rows written since the last call, not the whole buffer."""
+class TieredSamplingMixin:
+    """What both buffers share: tiered ``sample``, ``add`` bookkeeping, incremental ``hasnull``, stats.
 
-    def _init_null_check(self) -> None:
+    A subclass says where its streams are (:meth:`_stream_state`) and how a (stream, row) pair maps
+    to a global index (:meth:`_global_index`).
+    """
+
+    def _init_tiered(self, replay, layout: TierLayout, seed: int) -> None:
+        self.sampler = TieredSampler(layout, replay.sampling_ratio, replay.ratio_schedule, replay.importance_beta,
+                                     seed=seed)
+        self.anneal_steps = replay.anneal_steps
+        self.added = 0
         self._unchecked: list[np.ndarray] = []
-        self._check_everything = True  # the first call (and the first after loading) checks it all
+        self._check_everything = True  # the first hasnull (and the first after loading) checks it all
 
-    def _note_written(self, indices: np.ndarray) -> None:
-        self._unchecked.append(np.asarray(indices))
+    def add(self, batch: Batch, buffer_ids: np.ndarray | list[int] | None = None):
+        result = super().add(batch, buffer_ids)
+        self._unchecked.append(np.asarray(result[0]))
+        self.added += len(result[0])
+        return result
+
+    def sample_indices(self, batch_size: int | None) -> np.ndarray:
+        sizes, positions = self._stream_state()
+        if batch_size is None or batch_size <= 0 or sizes.sum() == 0 or (self.stack_num > 1 and self._sample_avail):
+            return super().sample_indices(batch_size)  # Tianshou's meanings of None / 0 / <0, and sample_avail
+        where = self.sampler.draw_streams(batch_size, sizes, positions, self.added / self.anneal_steps)
+        self._last_weights = where.weights
+        return self._global_index(where.envs, where.rows)
+
+    def sample(self, batch_size: int | None) -> tuple[Batch, np.ndarray]:
+        self._last_weights = None
+        indices = self.sample_indices(batch_size)
+        batch = self[indices]
+        if self._last_weights is not None:
+            batch.weight = self._last_weights
+        return batch, indices
 
     def hasnull(self) -> bool:
-        if self._check_everything or not hasattr(self, "_unchecked"):
+        """Whether a NaN was written: all rows on the first call, then only rows added since."""
+        if self._check_everything:
             self._check_everything, self._unchecked = False, []
             return super().hasnull() if len(self) else False
         if not self._unchecked:
@@ -52,11 +80,21 @@ class IncrementalNullCheck:
         self._unchecked = []
         return bool(self._meta[written].hasnull())
 
-    def _reset_null_check_after_load(self) -> None:
+    def stats(self) -> dict[str, float]:
+        """``level_fill/L<i>`` and ``level_samples/L<i>``, as the core engine reports them."""
+        layout, sizes = self.sampler.layout, self._stream_state()[0]
+        per_stream = np.clip(sizes[:, None] - layout.level_start[None, :], 0, layout.rows_per_level[None, :])
+        fill = per_stream.sum(axis=0) / (layout.rows_per_level * len(sizes))
+        out = {f"level_fill/L{i}": float(f) for i, f in enumerate(fill)}
+        out.update({f"level_samples/L{i}": int(n) for i, n in enumerate(self.sampler.level_samples)})
+        return out
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
         self._unchecked, self._check_everything = [], True
 
 
-class TieredReplayBuffer(IncrementalNullCheck, ReplayBuffer):
+class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):
     """Tianshou ``ReplayBuffer`` whose samples are split across age levels (L0 newest).
 
     Args:
@@ -87,44 +125,16 @@ class TieredReplayBuffer(IncrementalNullCheck, ReplayBuffer):
         super().__init__(layout.total_rows, stack_num=stack_num, ignore_obs_next=ignore_obs_next,
                          save_only_last_obs=save_only_last_obs, sample_avail=sample_avail,
                          random_seed=random_seed, **kwargs)
-        self.sampler = TieredSampler(layout, replay.sampling_ratio, replay.ratio_schedule, replay.importance_beta,
-                                     seed=random_seed)
-        self.anneal_steps = replay.anneal_steps
-        self.added = 0
-        self._init_null_check()
+        self._init_tiered(replay, layout, random_seed)
 
-    def add(self, batch: Batch, buffer_ids: np.ndarray | list[int] | None = None):
-        result = super().add(batch, buffer_ids)
-        self._note_written(result[0])
-        self.added += len(result[0])
-        return result
+    def _stream_state(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([self._size]), np.array([self._insertion_idx])
 
-    def sample_indices(self, batch_size: int | None) -> np.ndarray:
-        if batch_size is None or batch_size <= 0 or len(self) == 0 or (self.stack_num > 1 and self._sample_avail):
-            return super().sample_indices(batch_size)  # Tianshou's meanings of None / 0 / <0, and sample_avail
-        where = self.sampler.draw_streams(batch_size, np.array([self._size]), np.array([self._insertion_idx]),
-                                          self.added / self.anneal_steps)
-        self._last_weights = where.weights
-        return where.rows
-
-    def sample(self, batch_size: int | None) -> tuple[Batch, np.ndarray]:
-        self._last_weights = None
-        indices = self.sample_indices(batch_size)
-        batch = self[indices]
-        if self._last_weights is not None:
-            batch.weight = self._last_weights
-        return batch, indices
-
-    def stats(self) -> dict[str, float]:
-        """``level_fill/L<i>`` and ``level_samples/L<i>`` (as the core engine reports them)."""
-        return _level_stats(self.sampler, np.array([self._size]))
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self._reset_null_check_after_load()
+    def _global_index(self, streams: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return rows
 
 
-class TieredVectorReplayBuffer(IncrementalNullCheck, ReplayBufferManager):
+class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
     """Drop-in for Tianshou's ``VectorReplayBuffer(total_size, buffer_num, **kwargs)`` with tiered sampling.
 
     Levels are split over every sub-buffer's data together; inside a level each stored transition
@@ -153,53 +163,19 @@ class TieredVectorReplayBuffer(IncrementalNullCheck, ReplayBufferManager):
         # independent streams: Tianshou gives every sub-buffer RandomState(42)
         children = [ReplayBuffer(layout.total_rows, random_seed=random_seed + i, **kwargs) for i in range(buffer_num)]
         super().__init__(children)
-        self.sampler = TieredSampler(layout, replay.sampling_ratio, replay.ratio_schedule, replay.importance_beta,
-                                     seed=random_seed)
-        self.anneal_steps = replay.anneal_steps
-        self.added = 0
-        self._init_null_check()
-
-    def add(self, batch: Batch, buffer_ids: np.ndarray | list[int] | None = None):
-        result = super().add(batch, buffer_ids)
-        self._note_written(result[0])
-        self.added += len(result[0])
-        return result
+        self._init_tiered(replay, layout, random_seed)
 
     def _stream_state(self) -> tuple[np.ndarray, np.ndarray]:
         sizes = np.array([len(b) for b in self.buffers])
         positions = np.array([b._insertion_idx for b in self.buffers])
         return sizes, positions
 
-    def sample_indices(self, batch_size: int | None) -> np.ndarray:
-        sizes, positions = self._stream_state()
-        if batch_size is None or batch_size <= 0 or sizes.sum() == 0 or (self.stack_num > 1 and self._sample_avail):
-            return super().sample_indices(batch_size)
-        where = self.sampler.draw_streams(batch_size, sizes, positions, self.added / self.anneal_steps)
-        self._last_weights = where.weights
-        return self._offset[where.envs] + where.rows
-
-    def sample(self, batch_size: int | None) -> tuple[Batch, np.ndarray]:
-        self._last_weights = None
-        indices = self.sample_indices(batch_size)
-        batch = self[indices]
-        if self._last_weights is not None:
-            batch.weight = self._last_weights
-        return batch, indices
-
-    def stats(self) -> dict[str, float]:
-        return _level_stats(self.sampler, self._stream_state()[0])
+    def _global_index(self, streams: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return self._offset[streams] + rows
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         if self._meta.get_keys():  # re-link the sub-buffers to the shared storage (lost by pickling)
             self._set_batch_for_children()
-        self._reset_null_check_after_load()
 
 
-def _level_stats(sampler: TieredSampler, sizes: np.ndarray) -> dict[str, float]:
-    layout = sampler.layout
-    per_stream = np.clip(sizes[:, None] - layout.level_start[None, :], 0, layout.rows_per_level[None, :])
-    fill = per_stream.sum(axis=0) / (layout.rows_per_level * len(sizes))
-    out = {f"level_fill/L{i}": float(f) for i, f in enumerate(fill)}
-    out.update({f"level_samples/L{i}": int(n) for i, n in enumerate(sampler.level_samples)})
-    return out
