@@ -64,6 +64,11 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--logdir", default=None, help="where logs, model and config go (default runs/<task>-<time>)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="config override, e.g. --set batch_size=128 --set sampling_ratio=[0.5,0.5]")
+    train.add_argument("--hp", dest="hyperparams", action="append", default=[], metavar="KEY=VALUE",
+                       help="the framework's own hyper-parameter, applied last, e.g. --hp learning_starts=0 (SB3)")
+    train.add_argument("--async", dest="async_mode", action="store_true",
+                       help="collect in an actor thread while the learner trains (SB3 off-policy; measure first: "
+                            "on 2 CPU cores it is slower)")
     train.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (WANDB_MODE=offline works)")
     train.set_defaults(func=cmd_train)
 
@@ -85,14 +90,14 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
 
 
-def _parse_overrides(items: list[str]) -> dict:
+def _parse_overrides(items: list[str], flag: str = "--set") -> dict:
     import yaml
 
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set must be KEY=VALUE, got --set={item!r}. Example: --set batch_size=128.")
+            raise ConfigError(f"{flag} must be KEY=VALUE, got {flag}={item!r}. Example: {flag} batch_size=128.")
         out[key.strip()] = yaml.safe_load(value)
     return out
 
@@ -107,7 +112,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     logdir = args.logdir or f"runs/{args.framework}-{args.algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
     spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config, steps=args.steps,
                      seed=args.seed, logdir=logdir, stock=args.stock, eval_freq=args.eval_freq,
-                     wandb=args.wandb, progress=not args.no_progress)
+                     wandb=args.wandb, progress=not args.no_progress,
+                     hyperparams=_parse_overrides(args.hyperparams, "--hp"), async_mode=args.async_mode)
     result = run_training(spec)
     seconds, steps = result.time_to_threshold(spec.threshold)
     reached = f"reached {spec.threshold:g} after {seconds:.1f} s / {steps:,} env steps" if seconds is not None \

@@ -36,6 +36,8 @@ class TrainSpec:
     stop_at: float | None = None      # stop when the evaluation mean reaches this (default: the task's threshold)
     wandb: bool = False
     progress: bool = True
+    hyperparams: dict[str, Any] = field(default_factory=dict)  # the framework's own, applied last
+    async_mode: bool = False          # collect in an actor thread while the learner trains
 
     @property
     def threshold(self) -> float | None:

@@ -52,3 +52,23 @@ def test_a_broken_display_never_breaks_training():
         progress.update(5, reward=1.0)   # must not raise
         progress.update(6)
     assert progress.steps == 6 and progress.enabled is False
+
+
+def test_pong_command_starts_trains_logs_and_checkpoints(tmp_path, capsys):
+    args = ["train", "--framework", "sb3", "--algo", "dqn", "--env", "Pong-v5", "--preset", "atari",
+            "--steps", "640", "--eval-freq", "100000", "--no-progress", "--logdir", str(tmp_path),
+            "--set", "parallel_envs=8", "--set", "every_steps=320", "--hp", "learning_starts=0"]
+    assert main(args) == 0
+    assert (tmp_path / "model.zip").exists() and list((tmp_path / "checkpoints").glob("model_*_steps.zip"))
+    assert list(tmp_path.glob("DQN_*/events.out.tfevents.*"))  # TensorBoard
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["env_steps"] >= 640 and result["stats"]["full_updates"] >= 1
+
+
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_train_async_counts_every_step(tmp_path):
+    args = ["train", "--framework", "sb3", "--steps", "3000", "--eval-freq", "1000", "--no-progress",
+            "--logdir", str(tmp_path), "--async"]
+    assert main(args) == 0
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["env_steps"] == 3000 and len(result["curve"]) == 3

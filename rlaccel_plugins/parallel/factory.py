@@ -65,16 +65,31 @@ def make_vec_env(env_id: str, num_envs: int | str = "auto", backend: str = "auto
 
 
 def build_builtin_env(env_id: str, num_envs: int, backend: str, seed: int, env_kwargs: dict) -> Any:
-    """The built-in answer to ``rlaccel_make_env`` (None for a backend it does not know)."""
+    """The built-in answer to ``rlaccel_make_env`` (None for a backend it does not know).
+
+    Atari games (envpool-style ids such as ``"Pong-v5"``) get the same preprocessing on both backends
+    (:class:`~rlaccel_plugins.parallel.atari.AtariOptions`; pass ``atari=AtariOptions(...)`` or a dict).
+    """
+    from rlaccel_plugins.parallel.atari import AtariOptions, is_atari
+
     if backend not in BACKENDS:
         return None
+    atari = env_kwargs.pop("atari", None)
+    if atari is not None or is_atari(env_id):
+        atari = atari if isinstance(atari, AtariOptions) else AtariOptions(**(atari or {}))
     if choose_backend(env_id, backend) == "envpool":
         import envpool
 
-        return envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed, **env_kwargs)
+        extra = atari.envpool_kwargs() if atari is not None else {}
+        return envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed, **{**extra, **env_kwargs})
     import gymnasium as gym
 
-    mode = env_kwargs.pop("vectorization_mode", "sync")
+    mode = env_kwargs.pop("vectorization_mode", "async" if atari is not None else "sync")
+    if atari is not None:  # emulators are slow enough to pay for processes
+        make = [lambda: atari.gymnasium_env(env_id) for _ in range(num_envs)]
+        env = gym.vector.AsyncVectorEnv(make) if mode == "async" else gym.vector.SyncVectorEnv(make)
+        env.reset(seed=seed)
+        return env
     try:
         env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **env_kwargs)
     except gym.error.Error as exc:

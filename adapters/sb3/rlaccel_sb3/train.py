@@ -24,6 +24,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecMonitor
 
 from rlaccel_plugins.hardware import resolve_auto
+from rlaccel_plugins.parallel.atari import is_atari
 from rlaccel_plugins.parallel.factory import envpool_env_ids
 from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec
 from rlaccel_sb3.buffers import TieredReplayBuffer
@@ -58,12 +59,37 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
     ("sac", "Pendulum-v1"): dict(n_timesteps=20_000, learning_rate=1e-3),
     ("td3", "Pendulum-v1"): dict(n_timesteps=20_000, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
                                  learning_rate=1e-3, policy_kwargs=dict(net_arch=[400, 300])),
+    ("dqn", "atari"): dict(n_timesteps=10_000_000, buffer_size=100_000, learning_rate=1e-4, batch_size=32,
+                           learning_starts=100_000, target_update_interval=1000, train_freq=4, gradient_steps=1,
+                           exploration_fraction=0.1, exploration_final_eps=0.01, optimize_memory_usage=False),
 }
 
 
 def zoo_settings(algo: str, env_id: str) -> dict[str, Any]:
-    """RL Zoo's settings for the task (SB3's defaults when the table has none)."""
-    return copy.deepcopy(ZOO.get((algo, env_id), {}))
+    """RL Zoo's settings for the task (its ``atari`` entry for Atari games; SB3's defaults otherwise)."""
+    return copy.deepcopy(ZOO.get((algo, "atari" if is_atari(env_id) else env_id), {}))
+
+
+def make_env(env_id: str, n_envs: int, seed: int, accelerated: bool, evaluation: bool = False):
+    """The training (or evaluation) VecEnv: envpool for rlaccel where it can, SB3's own otherwise.
+
+    Atari follows RL Zoo: SB3's ``AtariWrapper`` + 4-frame stack on ``<Game>NoFrameskip-v4`` for stock,
+    envpool with the same preprocessing for rlaccel; evaluation envs score whole games, unclipped.
+    """
+    if is_atari(env_id):
+        if accelerated:
+            options = dict(episodic_life=False, reward_clip=False) if evaluation else {}
+            return VecMonitor(EnvPoolVecEnv(env_id, num_envs=n_envs, seed=seed, sb3_atari=True, **options))
+        from stable_baselines3.common.env_util import make_atari_env
+        from stable_baselines3.common.vec_env import VecFrameStack
+
+        game = env_id.split("-")[0]
+        wrapper = dict(terminal_on_life_loss=False, clip_reward=False) if evaluation else None
+        return VecFrameStack(make_atari_env(f"{game}NoFrameskip-v4", n_envs=n_envs, seed=seed,
+                                            wrapper_kwargs=wrapper), 4)
+    if accelerated and env_id in envpool_env_ids():
+        return VecMonitor(EnvPoolVecEnv(env_id, num_envs=n_envs, seed=seed))
+    return make_vec_env(env_id, n_envs=n_envs, seed=seed)
 
 
 def build(spec: TrainSpec):
@@ -93,12 +119,17 @@ def build(spec: TrainSpec):
                 seed=spec.seed))
             kwargs["buffer_size"] = rb.capacity
         callbacks.append(SparseDenseCallback(config=spec.config))
-    if not spec.stock and spec.env_id in envpool_env_ids():
-        env = VecMonitor(EnvPoolVecEnv(spec.env_id, num_envs=n_envs, seed=spec.seed))
-    else:
-        env = make_vec_env(spec.env_id, n_envs=n_envs, seed=spec.seed)
+    kwargs.update(spec.hyperparams)
+    env = make_env(spec.env_id, n_envs, spec.seed, accelerated=not spec.stock)
     tensorboard = spec.logdir if spec.logdir and spec.config.monitoring.tensorboard else None
-    model = cls("MlpPolicy", env, seed=spec.seed, tensorboard_log=tensorboard, verbose=0, **kwargs)
+    policy = "CnnPolicy" if is_atari(spec.env_id) else "MlpPolicy"
+    model = cls(policy, env, seed=spec.seed, tensorboard_log=tensorboard, verbose=0, **kwargs)
+    every = spec.config.checkpoint.every_steps
+    if every and spec.logdir:
+        from stable_baselines3.common.callbacks import CheckpointCallback
+
+        callbacks.append(CheckpointCallback(save_freq=max(1, every // n_envs), name_prefix="model",
+                                            save_path=str(Path(spec.logdir) / "checkpoints")))
     return model, callbacks
 
 
@@ -108,7 +139,7 @@ class _EvalAndProgress(BaseCallback):
     def __init__(self, spec: TrainSpec, progress, clock: EvalClock, sparse: SparseDenseCallback | None) -> None:
         super().__init__()
         self.spec, self.progress, self.clock, self.sparse = spec, progress, clock, sparse
-        self.eval_env = make_vec_env(spec.env_id, n_envs=1, seed=spec.seed + 10_000)
+        self.eval_env = make_env(spec.env_id, 1, spec.seed + 10_000, accelerated=not spec.stock, evaluation=True)
         self._next_eval = spec.eval_freq
 
     def _on_step(self) -> bool:
@@ -140,7 +171,13 @@ def run(spec: TrainSpec, progress) -> TrainResult:
 
         wandb.init(project="rlaccel", config=spec.config.to_dict(), sync_tensorboard=True,
                    name=f"{spec.framework}-{spec.algo}-{spec.env_id}-{spec.variant}")
-    model.learn(spec.steps, callback=CallbackList([*callbacks, _EvalAndProgress(spec, progress, clock, sparse)]))
+    callback = CallbackList([*callbacks, _EvalAndProgress(spec, progress, clock, sparse)])
+    if spec.async_mode:
+        from rlaccel_sb3.async_learn import learn_async
+
+        learn_async(model, spec.steps, callback=callback, sync_interval=spec.config.training.sync_interval)
+    else:
+        model.learn(spec.steps, callback=callback)
     result = TrainResult(spec={"framework": spec.framework, "algo": spec.algo, "env_id": spec.env_id,
                                "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
                          curve=clock.curve, env_steps=model.num_timesteps, train_seconds=clock.train_seconds(),

@@ -42,6 +42,9 @@ def _envs(env_id: str, n: int, seed: int, envpool_ok: bool):
 
 
 def run(spec: TrainSpec, progress) -> TrainResult:
+    if spec.async_mode:
+        raise TypeError("--async is not available for --framework tianshou yet, got --async. "
+                        "Use --framework sb3, or train synchronously.")
     if spec.algo != "dqn":
         raise TypeError(f"algo must be 'dqn' for --framework tianshou, got algo={spec.algo!r}. "
                         "Use --framework sb3 for the other algorithms.")
