@@ -22,15 +22,15 @@ import torch
 from stable_baselines3 import DQN
 
 from rlaccel_sb3 import TieredReplayBuffer
-
-ZOO = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, gamma=0.99, target_update_interval=10,
-           exploration_fraction=0.16, exploration_final_eps=0.04)
+from rlaccel_sb3.train import zoo_settings
 
 
 def make(tiered: bool, **kw) -> DQN:
+    settings = zoo_settings("dqn", "CartPole-v1")
+    settings.pop("n_timesteps")
     extra = dict(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset="classic_control")) \
         if tiered else {}
-    return DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(net_arch=[256, 256]), seed=0, **ZOO, **extra, **kw)
+    return DQN("MlpPolicy", "CartPole-v1", seed=0, **{**settings, **kw}, **extra)
 
 
 def env_step_us(tiered: bool, steps: int) -> float:
