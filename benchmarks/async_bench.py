@@ -1,48 +1,48 @@
-"""Does asynchronous collection pay? SB3 DQN, sync `learn()` vs `learn_async()`, same run.
+"""Does asynchronous collection pay? `rlaccel train` sync vs `--async`, same run, both frameworks.
 
-Wall time for a fixed number of env steps (same settings, same replay ratio), interleaved rounds.
+Training wall time (evaluation excluded) for a fixed number of env steps with the same settings and
+replay ratio (the preset's accelerated recipe), interleaved rounds.
 
 Usage:
-    python benchmarks/async_bench.py [--env CartPole-v1] [--steps 20000] [--rounds 2]
+    python benchmarks/async_bench.py [--env CartPole-v1] [--steps 15000] [--rounds 2] [--frameworks sb3,tianshou]
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import warnings
 
 import numpy as np
-from stable_baselines3 import DQN
 
-from rlaccel_sb3.async_learn import learn_async
-from rlaccel_sb3.train import zoo_settings
+from rlaccel_plugins.config import load_config
+from rlaccel_plugins.errors import RlaccelWarning
+from rlaccel_plugins.training import TrainSpec, run_training
 
 
-def run(env_id: str, steps: int, asynchronous: bool) -> float:
-    kwargs = zoo_settings("dqn", env_id)
-    kwargs.pop("n_timesteps", None)
-    model = DQN("MlpPolicy", env_id, seed=0, **kwargs)
-    start = time.perf_counter()
-    if asynchronous:
-        learn_async(model, steps)
-    else:
-        model.learn(steps)
-    return time.perf_counter() - start
+def run(framework: str, env_id: str, steps: int, asynchronous: bool, preset: str) -> float:
+    spec = TrainSpec(framework=framework, algo="dqn", env_id=env_id, config=load_config(preset=preset), steps=steps,
+                     eval_freq=steps, stop_at=float("inf"), progress=False, async_mode=asynchronous)
+    return run_training(spec).train_seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--steps", type=int, default=15_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--preset", default="classic_control")
+    parser.add_argument("--frameworks", default="sb3,tianshou")
     args = parser.parse_args()
-    times = {"sync": [], "async": []}
-    for _ in range(args.rounds):
-        times["sync"].append(run(args.env, args.steps, False))
-        times["async"].append(run(args.env, args.steps, True))
-    sync, asyn = np.median(times["sync"]), np.median(times["async"])
-    print(f"{args.env} DQN (RL Zoo settings), {args.steps} env steps, median of {args.rounds} rounds: "
-          f"sync {sync:.1f} s, async {asyn:.1f} s -> async is {sync / asyn:.2f}x the speed of sync")
+    warnings.simplefilter("ignore", RlaccelWarning)
+    for framework in args.frameworks.split(","):
+        times = {"sync": [], "async": []}
+        for _ in range(args.rounds):
+            times["sync"].append(run(framework, args.env, args.steps, False, args.preset))
+            times["async"].append(run(framework, args.env, args.steps, True, args.preset))
+        sync, asyn = np.median(times["sync"]), np.median(times["async"])
+        print(f"{framework} DQN {args.env} ({args.preset}), {args.steps} env steps, median of {args.rounds}: "
+              f"sync {sync:.1f} s, async {asyn:.1f} s -> async runs at {sync / asyn:.2f}x the speed of sync",
+              flush=True)
 
 
 if __name__ == "__main__":

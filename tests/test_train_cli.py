@@ -66,8 +66,9 @@ def test_pong_command_starts_trains_logs_and_checkpoints(tmp_path, capsys):
 
 
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
-def test_train_async_counts_every_step(tmp_path):
-    args = ["train", "--framework", "sb3", "--steps", "3000", "--eval-freq", "1000", "--no-progress",
+@pytest.mark.parametrize("framework", ["sb3", "tianshou"])
+def test_train_async_counts_every_step(framework, tmp_path):
+    args = ["train", "--framework", framework, "--steps", "3000", "--eval-freq", "1000", "--no-progress",
             "--logdir", str(tmp_path), "--async"]
     assert main(args) == 0
     result = json.loads((tmp_path / "result.json").read_text())

@@ -1,4 +1,4 @@
-"""`rlaccel train --framework tianshou`: a Tianshou DQN agent, stock or with rlaccel.
+"""`rlaccel train --framework tianshou`: a Tianshou DQN agent, stock or with rlaccel (sync or ``--async``).
 
 Stock (``--stock``): the settings of Tianshou's own ``test/discrete/test_dqn.py`` (10 envs, lr 1e-3,
 gamma 0.9, n-step 3, target update 320, 0.1 gradient steps per env step, batch 64, 20k buffer,
@@ -42,9 +42,6 @@ def _envs(env_id: str, n: int, seed: int, envpool_ok: bool):
 
 
 def run(spec: TrainSpec, progress) -> TrainResult:
-    if spec.async_mode:
-        raise TypeError("--async is not available for --framework tianshou yet, got --async. "
-                        "Use --framework sb3, or train synchronously.")
     if spec.algo != "dqn":
         raise TypeError(f"algo must be 'dqn' for --framework tianshou, got algo={spec.algo!r}. "
                         "Use --framework sb3 for the other algorithms.")
@@ -76,15 +73,53 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     training_collector.reset()
     training_collector.collect(n_step=batch * NUM_ENVS, random=True)
     clock = EvalClock()
+    if spec.async_mode:
+        env_steps = _train_async(spec, progress, algorithm, policy, buffer, batch, ups, eval_collector, clock)
+    else:
+        env_steps = _train_sync(spec, progress, algorithm, policy, training_collector, eval_collector, batch, ups,
+                                clock)
+    updater = getattr(algorithm, "updater", None)
+    result = TrainResult(spec={"framework": "tianshou", "algo": spec.algo, "env_id": spec.env_id,
+                               "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
+                         curve=clock.curve, env_steps=env_steps,
+                         train_seconds=clock.train_seconds(), stats=updater.stats if updater is not None else {})
+    if spec.logdir:
+        out = Path(spec.logdir)
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save(algorithm.state_dict(), out / "algorithm.pt")
+        (out / "rlaccel.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
+        result.model_path = str(out / "algorithm.pt")
+    return result
+
+
+def _epsilon(env_step: int) -> float:
+    """The accelerated recipe's exploration: 1.0 down to 0.04 over the first 16k env steps."""
+    return max(0.04, 1.0 - env_step / 16_000)
+
+
+def _report(progress, algorithm, env_step: int) -> None:
+    updater = getattr(algorithm, "updater", None)
+    counts = updater.stats if updater is not None and updater.attachments else {}
+    progress.update(env_step, full=counts.get("full_updates"), dense=counts.get("dense_updates"))
+
+
+def _evaluate_fn(spec: TrainSpec, eval_collector):
+    def evaluate() -> float:
+        eval_collector.reset()
+        with torch.no_grad():
+            return eval_collector.collect(n_episode=spec.eval_episodes).returns_stat.mean
+    return evaluate
+
+
+def _train_sync(spec, progress, algorithm, policy, training_collector, eval_collector, batch, ups, clock) -> int:
+    """Tianshou's own trainer; its evaluations are taken off our clock through test_fn / stop_fn."""
     at = {"env_step": 0}
 
     def training_fn(epoch: int, env_step: int) -> None:
         at["env_step"] = env_step
         if not spec.stock:
-            policy.set_eps_training(max(0.04, 1.0 - env_step / 16_000))
-        updater = getattr(algorithm, "updater", None)
-        counts = updater.stats if updater is not None and updater.attachments else {}
-        progress.update(env_step, full=counts.get("full_updates"), dense=counts.get("dense_updates"))
+            policy.set_eps_training(_epsilon(env_step))
+        _report(progress, algorithm, env_step)
 
     def test_fn(epoch: int, env_step: int | None) -> None:  # Tianshou evaluates: stop our clock
         at["env_step"] = env_step or at["env_step"]
@@ -101,15 +136,27 @@ def run(spec: TrainSpec, progress) -> TrainResult:
         epoch_num_steps=spec.eval_freq, collection_step_num_env_steps=NUM_ENVS, batch_size=batch,
         update_step_num_gradient_steps_per_sample=ups, training_fn=training_fn, test_fn=test_fn, stop_fn=stop_fn,
         show_progress=False, verbose=False))
-    updater = getattr(algorithm, "updater", None)
-    result = TrainResult(spec={"framework": "tianshou", "algo": spec.algo, "env_id": spec.env_id,
-                               "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
-                         curve=clock.curve, env_steps=int(training_collector.collect_step),
-                         train_seconds=clock.train_seconds(), stats=updater.stats if updater is not None else {})
-    if spec.logdir:
-        out = Path(spec.logdir)
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save(algorithm.state_dict(), out / "algorithm.pt")
-        (out / "rlaccel.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
-        result.model_path = str(out / "algorithm.pt")
-    return result
+    return int(training_collector.collect_step)
+
+
+def _train_async(spec, progress, algorithm, policy, buffer, batch, ups, eval_collector, clock) -> int:
+    """Collection in an actor thread (see :mod:`rlaccel_tianshou.async_training`)."""
+    from rlaccel_tianshou.async_training import train_async
+
+    state = {"next_eval": spec.eval_freq, "stop": False}
+    evaluate = _evaluate_fn(spec, eval_collector)
+
+    def on_chunk(env_steps: int, stats) -> None:
+        if not spec.stock:
+            policy.set_eps_training(_epsilon(env_steps))
+        _report(progress, algorithm, env_steps)
+        if env_steps >= state["next_eval"]:
+            state["next_eval"] += spec.eval_freq
+            mean = clock.evaluate(env_steps, evaluate)
+            progress.update(env_steps, eval=mean)
+            state["stop"] = spec.threshold is not None and mean >= spec.threshold
+
+    envs = _envs(spec.env_id, NUM_ENVS, spec.seed + 1, True)
+    return train_async(algorithm, envs, buffer, spec.steps, batch_size=batch, gradient_steps_per_sample=ups,
+                       sync_interval=spec.config.training.sync_interval, on_chunk=on_chunk,
+                       should_stop=lambda: state["stop"])
