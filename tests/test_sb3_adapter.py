@@ -1,7 +1,6 @@
 """The SB3 adapter with real Stable-Baselines3 training (small budgets)."""
 
 import copy
-import pickle
 
 import numpy as np
 import pytest

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rlaccel_plugins.config import AccelConfig, load_config
@@ -12,8 +9,6 @@ from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_sb3.networks import critic_networks, trained_networks
 from rlaccel_sb3.weights import ImportanceWeightHook
-
-logger = logging.getLogger("rlaccel")
 
 
 class SparseDenseCallback(BaseCallback):
@@ -48,8 +43,7 @@ class SparseDenseCallback(BaseCallback):
         super().__init__(verbose)
         overrides = {k: v for k, v in dict(sparse_update_interval=sparse_update_interval,
                                            dense_layers=dense_layers).items() if v is not None}
-        self.config = load_config(config, preset=preset, **overrides) if config is not None \
-            else load_config(preset=preset, **overrides)
+        self.config = load_config(config, preset=preset, **overrides)
         self.sparse = sparse
         self.updater: SparseDenseUpdater | None = None
         self.weights: ImportanceWeightHook | None = None

@@ -173,8 +173,7 @@ def wrap(algorithm: Any, **kwargs: Any):
 def _config(config: AccelConfig | None, preset: str | None, interval: int | None, dense_layers) -> AccelConfig:
     overrides = {k: v for k, v in dict(sparse_update_interval=interval, dense_layers=dense_layers).items()
                  if v is not None}
-    return load_config(config, preset=preset, **overrides) if config is not None \
-        else load_config(preset=preset, **overrides)
+    return load_config(config, preset=preset, **overrides)
 
 
 def _head(value: Any) -> Any:
