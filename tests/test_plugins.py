@@ -209,3 +209,11 @@ def test_import_is_light():
     assert out.stdout.strip() == "[]"
     for module in ("stable_baselines3", "tianshou", "envpool"):
         assert f"| {module}\n" not in out.stderr
+
+
+def test_loading_the_adapters_imports_no_framework():
+    code = ("import sys; from rlaccel_plugins.plugins import get_plugin_manager; "
+            "assert len(get_plugin_manager().adapters) >= 2; "
+            "print([m for m in ('stable_baselines3', 'tianshou', 'envpool') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

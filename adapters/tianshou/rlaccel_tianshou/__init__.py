@@ -1,5 +1,8 @@
 """rlaccel for Tianshou 2.0: tiered replay buffers and a sparse/dense algorithm wrapper, drop-in.
 
+Names load lazily, so the ``rlaccel`` entry point (``rlaccel_tianshou.plugin``) registers this
+adapter without importing Tianshou.
+
 Examples:
     >>> from rlaccel_tianshou import TieredVectorReplayBuffer
     >>> buffer = TieredVectorReplayBuffer(20_000, 10, preset="classic_control")   # was VectorReplayBuffer(20_000, 10)
@@ -7,16 +10,33 @@ Examples:
 
 from __future__ import annotations
 
-from rlaccel_tianshou.accelerate import (
-    SparseDenseWrapperFactory,
-    TieredCollectorFactory,
-    accelerate,
-    tiered_buffer_like,
-    with_rlaccel,
-)
-from rlaccel_tianshou.buffers import TieredReplayBuffer, TieredVectorReplayBuffer
-from rlaccel_tianshou.wrapper import SparseDenseOnPolicyWrapper, SparseDenseWrapper, unwrap_state_dict, wrap
+import importlib
+from typing import Any
 
-__all__ = ["SparseDenseOnPolicyWrapper", "SparseDenseWrapper", "SparseDenseWrapperFactory", "TieredCollectorFactory",
-           "TieredReplayBuffer", "TieredVectorReplayBuffer", "accelerate", "tiered_buffer_like", "unwrap_state_dict",
-           "with_rlaccel", "wrap"]
+_LAZY = {
+    "TieredReplayBuffer": "rlaccel_tianshou.buffers",
+    "TieredVectorReplayBuffer": "rlaccel_tianshou.buffers",
+    "SparseDenseWrapper": "rlaccel_tianshou.wrapper",
+    "SparseDenseOnPolicyWrapper": "rlaccel_tianshou.wrapper",
+    "unwrap_state_dict": "rlaccel_tianshou.wrapper",
+    "wrap": "rlaccel_tianshou.wrapper",
+    "accelerate": "rlaccel_tianshou.acceleration",
+    "tiered_buffer_like": "rlaccel_tianshou.acceleration",
+    "with_rlaccel": "rlaccel_tianshou.acceleration",
+    "TieredCollectorFactory": "rlaccel_tianshou.acceleration",
+    "SparseDenseWrapperFactory": "rlaccel_tianshou.acceleration",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rlaccel_tianshou' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
