@@ -11,10 +11,8 @@ Examples:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from rlaccel_plugins.hookspecs import hookimpl
+from rlaccel_plugins.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -35,13 +33,4 @@ _LAZY = {
 __all__ = ["hookimpl", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'rlaccel_plugins' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

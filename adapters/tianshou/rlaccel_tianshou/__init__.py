@@ -10,8 +10,7 @@ Examples:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rlaccel_plugins.lazy import lazy_exports
 
 _LAZY = {
     "TieredReplayBuffer": "rlaccel_tianshou.buffers",
@@ -30,13 +29,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'rlaccel_tianshou' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
