@@ -84,7 +84,7 @@ class TieredSampler:
         """
         layout = self.layout
         stored_rows, pos = np.asarray(stored_rows), np.asarray(pos)
-        per_stream = np.clip(stored_rows[:, None] - layout.level_start[None, :], 0, layout.rows_per_level[None, :])
+        per_stream = layout.filled_rows(stored_rows)
         filled = per_stream.sum(axis=0)  # rows of each level over all streams
         ratios = np.where(filled > 0, self.sampling_ratio, 0.0)
         probs = ratios / ratios.sum() if ratios.sum() > 0 else filled / filled.sum()

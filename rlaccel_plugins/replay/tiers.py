@@ -49,9 +49,12 @@ class TierLayout:
         """Transitions the ring holds (``total_rows * num_envs``; may round each level down)."""
         return self.total_rows * self.num_envs
 
-    def filled_rows(self, stored_rows: int) -> np.ndarray:
-        """Rows of each level that hold data when ``stored_rows`` rows (newest first) are stored."""
-        return np.clip(stored_rows - self.level_start, 0, self.rows_per_level)
+    def filled_rows(self, stored_rows: int | np.ndarray) -> np.ndarray:
+        """Rows of each level that hold data when ``stored_rows`` rows (newest first) are stored.
+
+        An array of per-stream row counts gives one row of level fills per stream.
+        """
+        return np.clip(np.asarray(stored_rows)[..., None] - self.level_start, 0, self.rows_per_level)
 
     def level_of_age(self, ages: np.ndarray) -> np.ndarray:
         """Level id of each row age (0 = newest row)."""

@@ -83,7 +83,7 @@ class TieredSamplingMixin:
     def stats(self) -> dict[str, float]:
         """``level_fill/L<i>`` and ``level_samples/L<i>``, as the core engine reports them."""
         layout, sizes = self.sampler.layout, self._stream_state()[0]
-        per_stream = np.clip(sizes[:, None] - layout.level_start[None, :], 0, layout.rows_per_level[None, :])
+        per_stream = layout.filled_rows(sizes)
         fill = per_stream.sum(axis=0) / (layout.rows_per_level * len(sizes))
         out = {f"level_fill/L{i}": float(f) for i, f in enumerate(fill)}
         out.update({f"level_samples/L{i}": int(n) for i, n in enumerate(self.sampler.level_samples)})
