@@ -113,10 +113,38 @@ def run_training(spec: TrainSpec) -> TrainResult:
     from rlaccel_plugins.progress import TrainingProgress
 
     adapter = get_plugin_manager().adapters.get(spec.framework)
-    with TrainingProgress(total=spec.steps, label=f"{spec.framework} {spec.algo} {spec.env_id} {spec.variant}",
-                          enabled=spec.progress) as progress:
-        result = adapter.load("train")(spec, progress)
+    run = start_wandb(spec) if spec.wandb else None
+    try:
+        with TrainingProgress(total=spec.steps, label=f"{spec.framework} {spec.algo} {spec.env_id} {spec.variant}",
+                              enabled=spec.progress) as progress:
+            result = adapter.load("train")(spec, progress)
+    finally:
+        if run is not None:
+            run.finish()
     if spec.logdir:
         Path(spec.logdir).mkdir(parents=True, exist_ok=True)
         result.save(Path(spec.logdir) / "result.json")
     return result
+
+
+def start_wandb(spec: TrainSpec):
+    """A wandb run that mirrors the run's TensorBoard logs (``WANDB_MODE=offline`` needs no account).
+
+    Started before the adapter creates its TensorBoard writer, as wandb's ``sync_tensorboard`` requires.
+    """
+    from rlaccel_plugins.errors import ConfigError
+
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError("--wandb needs the wandb package, which is not installed. "
+                          "Fix: pip install wandb (or drop --wandb).") from None
+    if not spec.logdir:
+        raise ConfigError("--wandb mirrors the TensorBoard logs, so it needs --logdir DIR.")
+    Path(spec.logdir).mkdir(parents=True, exist_ok=True)
+    try:
+        return wandb.init(project="rlaccel", config=spec.config.to_dict(), sync_tensorboard=True, dir=spec.logdir,
+                          name=f"{spec.framework}-{spec.algo}-{spec.env_id}-{spec.variant}-seed{spec.seed}")
+    except wandb.errors.UsageError as exc:
+        raise ConfigError(f"--wandb could not start a run: {exc} Fix: `wandb login`, or log offline with "
+                          "WANDB_MODE=offline (sync later with `wandb sync`).") from None

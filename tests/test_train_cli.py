@@ -22,8 +22,50 @@ def test_train_saves_model_config_and_evaluation_curve(framework, stock, tmp_pat
     assert "batch_size: 32" in (tmp_path / "rlaccel.yaml").read_text()
     out = capsys.readouterr().out
     assert ("stock:" if stock else "rlaccel[classic_control]:") in out
+    tags = _tensorboard_tags(tmp_path)
+    assert "eval/mean_reward" in tags
     if not stock:
         assert result["stats"]["full_updates"] > 0
+        assert {"rlaccel/fps", "rlaccel/full_updates", "rlaccel/level_fill/L0", "rlaccel/level_samples/L1"} <= tags
+
+
+def _tensorboard_tags(logdir) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = set()
+    for events in logdir.rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        tags |= set(accumulator.Tags()["scalars"])
+    return tags
+
+
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # wandb's own imports
+@pytest.mark.parametrize("framework", ["sb3", "tianshou"])
+def test_wandb_offline_mirrors_the_tensorboard_logs(framework, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    args = ["train", "--framework", framework, "--steps", "1000", "--eval-freq", "500", "--no-progress",
+            "--logdir", str(tmp_path), "--wandb"]
+    assert main(args) == 0
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    records = next(runs[0].glob("run-*.wandb")).read_bytes()  # wandb's offline log: config + synced scalars
+    for expected in (b"classic_control", b"eval/mean_reward", b"rlaccel/level_fill/L0", b"rlaccel/fps"):
+        assert expected in records
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_wandb_without_an_account_says_how_to_fix(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("wandb")
+    for var in ("WANDB_MODE", "WANDB_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc login either
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path))
+    assert main(["train", "--steps", "10", "--wandb", "--no-progress", "--logdir", str(tmp_path)]) == 2
+    assert "WANDB_MODE=offline" in capsys.readouterr().err
 
 
 def test_train_reports_bad_overrides_clearly(capsys):

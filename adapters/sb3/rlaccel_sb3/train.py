@@ -166,11 +166,6 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     model, callbacks = build(spec)
     sparse = next((c for c in callbacks if isinstance(c, SparseDenseCallback)), None)
     clock = EvalClock()
-    if spec.wandb:
-        import wandb
-
-        wandb.init(project="rlaccel", config=spec.config.to_dict(), sync_tensorboard=True,
-                   name=f"{spec.framework}-{spec.algo}-{spec.env_id}-{spec.variant}")
     callback = CallbackList([*callbacks, _EvalAndProgress(spec, progress, clock, sparse)])
     if spec.async_mode:
         from rlaccel_sb3.async_learn import learn_async

@@ -23,6 +23,7 @@ from tianshou.env import DummyVectorEnv
 from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
 
+from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.parallel.factory import envpool_env_ids
 from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
@@ -73,11 +74,15 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     training_collector.reset()
     training_collector.collect(n_step=batch * NUM_ENVS, random=True)
     clock = EvalClock()
-    if spec.async_mode:
-        env_steps = _train_async(spec, progress, algorithm, policy, buffer, batch, ups, eval_collector, clock)
-    else:
-        env_steps = _train_sync(spec, progress, algorithm, policy, training_collector, eval_collector, batch, ups,
-                                clock)
+    monitor = _Monitor(spec, progress, algorithm, buffer)
+    try:
+        if spec.async_mode:
+            env_steps = _train_async(spec, monitor, policy, buffer, batch, ups, eval_collector, clock)
+        else:
+            env_steps = _train_sync(spec, monitor, algorithm, policy, training_collector, eval_collector, batch,
+                                    ups, clock)
+    finally:
+        monitor.close()
     updater = getattr(algorithm, "updater", None)
     result = TrainResult(spec={"framework": "tianshou", "algo": spec.algo, "env_id": spec.env_id,
                                "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
@@ -97,10 +102,43 @@ def _epsilon(env_step: int) -> float:
     return max(0.04, 1.0 - env_step / 16_000)
 
 
-def _report(progress, algorithm, env_step: int) -> None:
-    updater = getattr(algorithm, "updater", None)
-    counts = updater.stats if updater is not None and updater.attachments else {}
-    progress.update(env_step, full=counts.get("full_updates"), dense=counts.get("dense_updates"))
+class _Monitor:
+    """The progress line, and TensorBoard logs in ``--logdir``: Tianshou's own (losses, rewards) through
+    its ``TensorboardLogger``, plus ``rlaccel/*`` (fps, full/dense updates, level fill and samples)."""
+
+    def __init__(self, spec: TrainSpec, progress, algorithm, buffer, every: int = 1_000) -> None:
+        self.progress, self.algorithm, self.buffer, self.every = progress, algorithm, buffer, every
+        self.writer = self.logger = None
+        if spec.logdir and spec.config.monitoring.tensorboard:
+            from tianshou.utils import TensorboardLogger
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(Path(spec.logdir) / "tensorboard"))
+            self.logger = TensorboardLogger(self.writer, write_flush=False)
+        self._fps, self._next_write = FpsMeter(), 0
+
+    def _updater(self):
+        updater = getattr(self.algorithm, "updater", None)
+        return updater if updater is not None and updater.attachments else None
+
+    def report(self, env_step: int) -> None:
+        updater = self._updater()
+        counts = updater.stats if updater is not None else {}
+        self.progress.update(env_step, full=counts.get("full_updates"), dense=counts.get("dense_updates"))
+        if self.writer is not None and env_step >= self._next_write:
+            self._next_write = env_step + self.every
+            replay = self.buffer if hasattr(self.buffer, "stats") else None
+            for key, value in collect_metrics(updater, replay, self._fps.read(env_step)).items():
+                self.writer.add_scalar(key, value, env_step)
+
+    def evaluated(self, env_step: int, mean_reward: float) -> None:
+        self.progress.update(env_step, eval=mean_reward)
+        if self.writer is not None:
+            self.writer.add_scalar("eval/mean_reward", mean_reward, env_step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _evaluate_fn(spec: TrainSpec, eval_collector):
@@ -111,7 +149,7 @@ def _evaluate_fn(spec: TrainSpec, eval_collector):
     return evaluate
 
 
-def _train_sync(spec, progress, algorithm, policy, training_collector, eval_collector, batch, ups, clock) -> int:
+def _train_sync(spec, monitor, algorithm, policy, training_collector, eval_collector, batch, ups, clock) -> int:
     """Tianshou's own trainer; its evaluations are taken off our clock through test_fn / stop_fn."""
     at = {"env_step": 0}
 
@@ -119,7 +157,7 @@ def _train_sync(spec, progress, algorithm, policy, training_collector, eval_coll
         at["env_step"] = env_step
         if not spec.stock:
             policy.set_eps_training(_epsilon(env_step))
-        _report(progress, algorithm, env_step)
+        monitor.report(env_step)
 
     def test_fn(epoch: int, env_step: int | None) -> None:  # Tianshou evaluates: stop our clock
         at["env_step"] = env_step or at["env_step"]
@@ -127,7 +165,7 @@ def _train_sync(spec, progress, algorithm, policy, training_collector, eval_coll
 
     def stop_fn(mean_reward: float) -> bool:  # called right after each evaluation
         clock.end_eval(at["env_step"], mean_reward)
-        progress.update(at["env_step"], eval=mean_reward)
+        monitor.evaluated(at["env_step"], mean_reward)
         return spec.threshold is not None and mean_reward >= spec.threshold
 
     algorithm.run_training(OffPolicyTrainerParams(
@@ -135,11 +173,11 @@ def _train_sync(spec, progress, algorithm, policy, training_collector, eval_coll
         test_step_num_episodes=spec.eval_episodes, max_epochs=max(1, spec.steps // spec.eval_freq),
         epoch_num_steps=spec.eval_freq, collection_step_num_env_steps=NUM_ENVS, batch_size=batch,
         update_step_num_gradient_steps_per_sample=ups, training_fn=training_fn, test_fn=test_fn, stop_fn=stop_fn,
-        show_progress=False, verbose=False))
+        logger=monitor.logger, show_progress=False, verbose=False))
     return int(training_collector.collect_step)
 
 
-def _train_async(spec, progress, algorithm, policy, buffer, batch, ups, eval_collector, clock) -> int:
+def _train_async(spec, monitor, policy, buffer, batch, ups, eval_collector, clock) -> int:
     """Collection in an actor thread (see :mod:`rlaccel_tianshou.async_training`)."""
     from rlaccel_tianshou.async_training import train_async
 
@@ -149,14 +187,14 @@ def _train_async(spec, progress, algorithm, policy, buffer, batch, ups, eval_col
     def on_chunk(env_steps: int, stats) -> None:
         if not spec.stock:
             policy.set_eps_training(_epsilon(env_steps))
-        _report(progress, algorithm, env_steps)
+        monitor.report(env_steps)
         if env_steps >= state["next_eval"]:
             state["next_eval"] += spec.eval_freq
             mean = clock.evaluate(env_steps, evaluate)
-            progress.update(env_steps, eval=mean)
+            monitor.evaluated(env_steps, mean)
             state["stop"] = spec.threshold is not None and mean >= spec.threshold
 
     envs = _envs(spec.env_id, NUM_ENVS, spec.seed + 1, True)
-    return train_async(algorithm, envs, buffer, spec.steps, batch_size=batch, gradient_steps_per_sample=ups,
+    return train_async(monitor.algorithm, envs, buffer, spec.steps, batch_size=batch, gradient_steps_per_sample=ups,
                        sync_interval=spec.config.training.sync_interval, on_chunk=on_chunk,
                        should_stop=lambda: state["stop"])
