@@ -76,11 +76,38 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                                  description="Train stock SB3 DQN and the rlaccel-accelerated one on CartPole-v1 "
                                              "(interleaved per seed), print time-to-475 of each and their ratio, "
                                              "and save reward-vs-wall-clock plots.")
-    _add_run_arguments(demo)
     demo.add_argument("--seeds", type=int, default=1, help="seeds per variant (median reported)")
-    demo.add_argument("--preset", default="classic_control")
-    demo.add_argument("--out", default="demo-results", help="directory for results.json and demo.png")
+    demo.add_argument("--first-seed", type=int, default=0)
+    demo.add_argument("--steps", type=int, default=None, help="env-step cap per run (default 100,000)")
+    demo.add_argument("--preset", default=None, help="rlaccel preset (default: classic_control)")
+    demo.add_argument("--out", default="demo-results", help="directory for results.json, results.md and plots")
     demo.set_defaults(func=cmd_demo)
+
+    bench = subparsers.add_parser("bench", help="stock vs rlaccel benchmark suites (results.json, table, plots)",
+                                  description="Run a benchmark suite: stock and rlaccel variants of each task in the "
+                                              "same run, interleaved per seed; time-to-threshold (evaluation "
+                                              "excluded), env steps, throughput, memory. Suites: quick, classic, "
+                                              "atari (a GPU job), atari-fps.")
+    bench.add_argument("--suite", default="quick", help="quick | classic | atari | atari-fps")
+    bench.add_argument("--seeds", type=int, default=5, help="seeds per variant (medians reported)")
+    bench.add_argument("--first-seed", type=int, default=0)
+    bench.add_argument("--frameworks", default="sb3,tianshou", help="comma-separated subset of sb3,tianshou")
+    bench.add_argument("--ablate", action="store_true",
+                       help="add one variant per technique (settings only, tiers only, sparse/dense only, "
+                            "parallel only) to attribute the gain")
+    bench.add_argument("--steps", type=int, default=None, help="override every task's env-step cap / budget")
+    bench.add_argument("--preset", default=None, help="preset for the rlaccel variants (default: the suite's)")
+    bench.add_argument("--out", default="bench-results", help="directory for results.json, results.md, *.png")
+    bench.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rlaccel_plugins.bench.runner import run_bench
+
+    frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
+    run_bench(args.suite, seeds=args.seeds, frameworks=frameworks, out=args.out, ablate=args.ablate,
+              first_seed=args.first_seed, steps=args.steps, preset=args.preset)
+    return 0
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,8 +152,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rlaccel_plugins.demo import run_demo
 
-    run_demo(seeds=args.seeds, preset=args.preset, steps=args.steps, eval_freq=args.eval_freq, out=args.out,
-             progress=not args.no_progress, first_seed=args.seed)
+    run_demo(seeds=args.seeds, preset=args.preset, steps=args.steps, out=args.out, first_seed=args.first_seed)
     return 0
 
 

@@ -63,6 +63,8 @@ class TrainResult:
     train_seconds: float = 0.0
     model_path: str | None = None
     stats: dict[str, float] = field(default_factory=dict)
+    gradient_steps: int = 0                          # optimizer steps on the main network
+    replay_bytes_per_transition: float | None = None  # replay memory / capacity (None: no replay buffer)
 
     def time_to_threshold(self, threshold: float | None) -> tuple[float | None, int | None]:
         """``(train seconds, env steps)`` at the first evaluation reaching ``threshold``; None if never."""
@@ -105,6 +107,20 @@ class EvalClock:
         self.curve.append(EvalPoint(env_steps=env_steps, train_seconds=self._eval_clock_value,
                                     mean_reward=float(mean_reward)))
         return float(mean_reward)
+
+
+def bytes_per_transition(arrays, capacity: int) -> float | None:
+    """Bytes of the numpy ``arrays`` a replay buffer holds, per transition of its ``capacity``.
+
+    Examples:
+        >>> import numpy as np
+        >>> bytes_per_transition([np.zeros((10, 4), np.float32), np.zeros(10, np.int64)], 10)
+        24.0
+    """
+    import numpy as np
+
+    total = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+    return total / capacity if capacity and total else None
 
 
 def run_training(spec: TrainSpec) -> TrainResult:

@@ -26,7 +26,7 @@ from stable_baselines3.common.vec_env import VecMonitor
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.parallel.atari import is_atari
 from rlaccel_plugins.parallel.factory import envpool_env_ids
-from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec
+from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import SparseDenseCallback
 from rlaccel_sb3.envpool_vec_env import EnvPoolVecEnv
@@ -161,6 +161,27 @@ class _EvalAndProgress(BaseCallback):
         return threshold is None or mean < threshold
 
 
+def gradient_steps(model) -> int:
+    """Optimizer steps so far (SB3's ``_n_updates`` counts epochs for on-policy algorithms)."""
+    if isinstance(model, (PPO, A2C)):
+        rollout = model.n_steps * model.n_envs
+        per_epoch = 1 if isinstance(model, A2C) else -(-rollout // model.batch_size)
+        return int(model._n_updates * per_epoch)
+    return int(model._n_updates)
+
+
+def replay_bytes_per_transition(model) -> float | None:
+    buffer = getattr(model, "replay_buffer", None)
+    if buffer is None:
+        return None
+    engine = getattr(buffer, "engine", None)
+    if engine is not None:
+        return engine.nbytes / engine.capacity
+    arrays = [v for v in vars(buffer).values()] + [v for d in vars(buffer).values() if isinstance(d, dict)
+                                                    for v in d.values()]
+    return bytes_per_transition(arrays, buffer.buffer_size * buffer.n_envs)
+
+
 def run(spec: TrainSpec, progress) -> TrainResult:
     """Train ``spec`` with SB3; returns the evaluation curve and where the model was saved."""
     model, callbacks = build(spec)
@@ -176,7 +197,8 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     result = TrainResult(spec={"framework": spec.framework, "algo": spec.algo, "env_id": spec.env_id,
                                "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
                          curve=clock.curve, env_steps=model.num_timesteps, train_seconds=clock.train_seconds(),
-                         stats=sparse.stats if sparse is not None else {})
+                         stats=sparse.stats if sparse is not None else {}, gradient_steps=gradient_steps(model),
+                         replay_bytes_per_transition=replay_bytes_per_transition(model))
     if spec.logdir:
         out = Path(spec.logdir)
         out.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from tianshou.utils.net.common import Net
 
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.parallel.factory import envpool_env_ids
-from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec
+from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.wrapper import SparseDenseWrapper
 
@@ -73,6 +73,7 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     eval_collector = Collector(algorithm, _envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
     training_collector.reset()
     training_collector.collect(n_step=batch * NUM_ENVS, random=True)
+    counter = _count_updates(algorithm)
     clock = EvalClock()
     monitor = _Monitor(spec, progress, algorithm, buffer)
     try:
@@ -87,7 +88,9 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     result = TrainResult(spec={"framework": "tianshou", "algo": spec.algo, "env_id": spec.env_id,
                                "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
                          curve=clock.curve, env_steps=env_steps,
-                         train_seconds=clock.train_seconds(), stats=updater.stats if updater is not None else {})
+                         train_seconds=clock.train_seconds(), stats=updater.stats if updater is not None else {},
+                         gradient_steps=counter["updates"],
+                         replay_bytes_per_transition=bytes_per_transition(_arrays(buffer._meta), buffer.maxsize))
     if spec.logdir:
         out = Path(spec.logdir)
         out.mkdir(parents=True, exist_ok=True)
@@ -95,6 +98,27 @@ def run(spec: TrainSpec, progress) -> TrainResult:
         (out / "rlaccel.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
         result.model_path = str(out / "algorithm.pt")
     return result
+
+
+def _count_updates(algorithm) -> dict[str, int]:
+    """Count ``algorithm.update`` calls (one gradient step each for off-policy DQN)."""
+    counter = {"updates": 0}
+    update = algorithm.update
+
+    def counted(*args, **kwargs):
+        counter["updates"] += 1
+        return update(*args, **kwargs)
+
+    algorithm.update = counted
+    return counter
+
+
+def _arrays(batch) -> list[np.ndarray]:
+    """Every numpy array in a (nested) Tianshou ``Batch``."""
+    out = []
+    for value in batch.values():
+        out.extend(_arrays(value) if hasattr(value, "values") else [value])
+    return out
 
 
 def _epsilon(env_step: int) -> float:

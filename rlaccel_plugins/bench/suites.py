@@ -1,0 +1,119 @@
+"""What each benchmark suite runs: tasks, and the variants compared on each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rlaccel_plugins.errors import ConfigError, did_you_mean
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of training a task: a framework's stock settings, or rlaccel with a preset.
+
+    ``role``: ``yardstick`` (what speed-ups are measured against), ``accelerated``, ``reference``
+    (another stock option, reported beside) or ``ablation``.
+    """
+
+    name: str
+    framework: str
+    algo: str = "dqn"
+    stock: bool = False
+    preset: str = "classic_control"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    hyperparams: dict[str, Any] = field(default_factory=dict)
+    steps: int | None = None          # this variant's own cap (default: the task's)
+    role: str = "accelerated"
+
+
+@dataclass(frozen=True)
+class Task:
+    env_id: str
+    steps: int                        # cap on env steps per run
+    eval_freq: int
+    variants: tuple[Variant, ...]
+    fixed_steps: bool = False         # throughput suites: run the whole budget, no early stop
+    samples_per_env_step: float | None = None  # hold replay samples drawn per env step equal across variants
+
+
+STOCK_SB3 = Variant("sb3 stock (RL Zoo)", "sb3", stock=True, role="yardstick")
+STOCK_TIANSHOU = Variant("tianshou stock (example settings)", "tianshou", stock=True, role="reference")
+PPO_SB3 = Variant("sb3 PPO stock (RL Zoo)", "sb3", algo="ppo", stock=True, role="reference")
+
+
+def accelerated(framework: str, preset: str) -> Variant:
+    return Variant(f"{framework} rlaccel[{preset}]", framework, preset=preset)
+
+
+# Each ablation switches on one technique over the preset's training settings (batch, learning rate,
+# replay ratio): "settings only" is that base, "all" is the preset itself.
+# UNIFORM_REPLAY stands for one uniform level of the preset's total capacity.
+UNIFORM_REPLAY = "uniform_replay"
+ABLATIONS = {
+    "settings only": {UNIFORM_REPLAY: True, "sparse_update_interval": 1, "parallel_envs": 1},
+    "tiers only": {"sparse_update_interval": 1, "parallel_envs": 1},
+    "sparse/dense only": {UNIFORM_REPLAY: True, "parallel_envs": 1},
+    "parallel only": {UNIFORM_REPLAY: True, "sparse_update_interval": 1},
+}
+
+
+def ablations(framework: str, preset: str) -> tuple[Variant, ...]:
+    return tuple(Variant(f"{framework} {name}", framework, preset=preset, overrides=dict(overrides), role="ablation")
+                 for name, overrides in ABLATIONS.items())
+
+
+def _classic(env_id: str, steps: int, eval_freq: int = 1_000, tianshou: bool = True) -> Task:
+    variants = [STOCK_SB3, accelerated("sb3", "classic_control")]
+    if tianshou:
+        variants += [accelerated("tianshou", "classic_control"), STOCK_TIANSHOU]
+    return Task(env_id, steps, eval_freq, tuple(variants))
+
+
+SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
+    "quick": ("CartPole-v1 DQN, SB3 and Tianshou (about 10 minutes on 2 cores with 5 seeds)", (
+        Task("CartPole-v1", 100_000, 1_000, (
+            STOCK_SB3, accelerated("sb3", "classic_control"), accelerated("tianshou", "classic_control"),
+            replace(STOCK_TIANSHOU, steps=40_000), PPO_SB3)),)),
+    "classic": ("CartPole, Acrobot, LunarLander-v3 with DQN", (
+        _classic("CartPole-v1", 100_000),
+        _classic("Acrobot-v1", 100_000),
+        _classic("LunarLander-v3", 300_000, eval_freq=10_000),
+    )),
+    "atari": ("Pong, Breakout, SpaceInvaders DQN to threshold: a GPU job (budget: 10M frames per run)", tuple(
+        Task(game, 2_500_000, 50_000, (STOCK_SB3, accelerated("sb3", "atari")))
+        for game in ("Pong-v5", "Breakout-v5", "SpaceInvaders-v5"))),
+    # RL Zoo's Atari DQN draws batch 32 every 4 env steps: 8 samples per env step, held for every variant
+    "atari-fps": ("Pong DQN, whole training loop for a fixed budget: agent steps/s at equal samples per env step", (
+        Task("Pong-v5", 20_000, 10_000_000, (
+            replace(STOCK_SB3, hyperparams={"learning_starts": 1_000}),
+            replace(accelerated("sb3", "atari"), hyperparams={"learning_starts": 1_000})),
+             fixed_steps=True, samples_per_env_step=8.0),)),
+}
+
+
+def get_suite(name: str, frameworks: tuple[str, ...] = ("sb3", "tianshou"), ablate: bool = False,
+              preset: str | None = None) -> tuple[Task, ...]:
+    """The tasks of suite ``name``, keeping the variants of ``frameworks`` (plus ablations if asked);
+    ``preset`` replaces the suite's preset in every rlaccel variant."""
+    if name not in SUITES:
+        raise ConfigError(f"suite must be one of {sorted(SUITES)}, got suite={name!r}."
+                          f"{did_you_mean(name, SUITES)}")
+    unknown = set(frameworks) - {"sb3", "tianshou"}
+    if unknown or not frameworks:
+        raise ConfigError(f"frameworks must be a comma-separated subset of sb3,tianshou, got "
+                          f"frameworks={','.join(frameworks)!r}.")
+    tasks = []
+    for task in SUITES[name][1]:
+        variants = [v for v in task.variants if v.framework in frameworks or v.role == "yardstick"]
+        if preset is not None:
+            from rlaccel_plugins.presets import get_preset
+
+            get_preset(preset)  # unknown names fail here, with a suggestion
+            variants = [replace(v, preset=preset, name=accelerated(v.framework, preset).name)
+                        if v.role == "accelerated" else v for v in variants]
+        if ablate:
+            base = preset or next((v.preset for v in task.variants if v.role == "accelerated"), "default")
+            variants += [a for fw in frameworks for a in ablations(fw, base)]
+        tasks.append(replace(task, variants=tuple(variants)))
+    return tuple(tasks)
