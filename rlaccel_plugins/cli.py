@@ -100,6 +100,35 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--out", default="bench-results", help="directory for results.json, results.md, *.png")
     bench.set_defaults(func=cmd_bench)
 
+    export = subparsers.add_parser("export", help="export a saved policy to ONNX, checked with onnxruntime",
+                                   description="Export a saved policy's deterministic action to ONNX and check it "
+                                               "against onnxruntime on sampled observations. MODEL: an SB3 .zip, or "
+                                               "the algorithm.pt (or run directory) of `rlaccel train --framework "
+                                               "tianshou`.")
+    export.add_argument("model", metavar="MODEL")
+    export.add_argument("--onnx", required=True, help="output .onnx file")
+    export.add_argument("--framework", choices=["auto", "sb3", "tianshou"], default="auto",
+                        help="auto: .zip is SB3, anything else Tianshou")
+    export.add_argument("--check", type=int, default=1000, help="observations compared with onnxruntime")
+    export.set_defaults(func=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from rlaccel_plugins.plugins import get_plugin_manager
+
+    framework = args.framework
+    if framework == "auto":
+        path = Path(args.model)
+        if not path.exists():
+            raise ConfigError(f"MODEL must be an existing file or run directory, got MODEL={args.model!r}.")
+        framework = "sb3" if path.suffix == ".zip" else "tianshou"
+    report = get_plugin_manager().adapters.get(framework).load("export")(args.model, args.onnx, check=args.check)
+    print(json.dumps(report, indent=2))
+    return 0
+
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from rlaccel_plugins.bench.runner import run_bench

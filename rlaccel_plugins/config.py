@@ -142,9 +142,19 @@ class TrainingConfig:
     sync_interval: int = 50
     device: str = AUTO
     num_threads: int | str = AUTO
+    replay_ratio: float | str = AUTO  # replay samples drawn per env step; auto: the recipe's own rate
+    net_arch: tuple[int, ...] | str = AUTO  # hidden layer sizes of MLP agents rlaccel builds; auto: the recipe's
 
     def __post_init__(self) -> None:
         _int("batch_size", self.batch_size, minimum=1)
+        if self.replay_ratio != AUTO:
+            _float("replay_ratio", self.replay_ratio, positive=True)
+        if self.net_arch != AUTO:
+            sizes = _sequence("net_arch", self.net_arch)
+            if not sizes or not all(_is_int(n) and n > 0 for n in sizes):
+                raise invalid("net_arch", 'be "auto" or a list of positive layer sizes', self.net_arch,
+                              "Use e.g. [64, 64].")
+            object.__setattr__(self, "net_arch", tuple(sizes))
         _int("sparse_update_interval", self.sparse_update_interval, minimum=1)
         layers = _sequence("dense_layers", self.dense_layers)
         if not layers:

@@ -21,9 +21,11 @@ class FpsMeter:
         return fps
 
 
-def collect_metrics(updater: Any = None, replay: Any = None, fps: float | None = None) -> dict[str, float]:
+def collect_metrics(updater: Any = None, replay: Any = None, fps: float | None = None,
+                    guard: Any = None) -> dict[str, float]:
     """``rlaccel/full_updates``, ``rlaccel/dense_updates``, ``rlaccel/backward_flops_saved``,
-    ``rlaccel/level_fill/L<i>``, ``rlaccel/level_samples/L<i>`` and ``rlaccel/fps`` — whatever applies.
+    ``rlaccel/level_fill/L<i>``, ``rlaccel/level_samples/L<i>``, ``rlaccel/fps`` and the gradient
+    guard's ``rlaccel/skipped_steps`` / ``rlaccel/clipped_steps`` — whatever applies.
 
     Examples:
         >>> collect_metrics(fps=123.0)
@@ -40,4 +42,7 @@ def collect_metrics(updater: Any = None, replay: Any = None, fps: float | None =
         out.update({PREFIX + k: v for k, v in replay.stats().items()})
     if fps is not None:
         out[PREFIX + "fps"] = fps
+    if guard is not None:
+        out[PREFIX + "skipped_steps"] = guard.stats["skipped_steps"]
+        out[PREFIX + "clipped_steps"] = guard.stats["clipped_steps"]
     return out

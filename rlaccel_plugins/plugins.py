@@ -34,6 +34,8 @@ class AdapterSpec:
         install_hint: the pip command that installs the framework.
         train: ``"module:function"`` implementing ``run(spec, progress) -> TrainResult`` for
             ``rlaccel train`` (optional).
+        export: ``"module:function"`` implementing ``export(model_path, onnx_path) -> dict`` for
+            ``rlaccel export`` (optional).
     """
 
     name: str
@@ -42,6 +44,7 @@ class AdapterSpec:
     accelerate: str
     install_hint: str = ""
     train: str | None = None
+    export: str | None = None
     unavailable_reason: str | None = field(default=None, init=False)
 
     @property
@@ -49,7 +52,7 @@ class AdapterSpec:
         return self.unavailable_reason is None
 
     def load(self, entry: str = "accelerate") -> Callable[..., Any]:
-        """Import the adapter function named by ``entry`` (``"accelerate"`` or ``"train"``)."""
+        """Import the adapter function named by ``entry`` (``"accelerate"``, ``"train"`` or ``"export"``)."""
         if not self.available:
             raise ImportError(f"the {self.name!r} adapter is not available: {self.unavailable_reason}. "
                               f"{self.install_hint}".rstrip())

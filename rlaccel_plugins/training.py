@@ -109,6 +109,25 @@ class EvalClock:
         return float(mean_reward)
 
 
+def update_cadence(replay_ratio: float, batch_size: int, num_envs: int, train_freq: int = 1) -> tuple[int, int]:
+    """``(train_freq, gradient_steps)`` — vector steps between updates and gradient steps per update —
+    that draw ``replay_ratio`` samples per env step (as closely as integers allow), keeping the recipe's
+    ``train_freq`` unless one update per ``train_freq`` would draw too many samples.
+
+    Examples:
+        >>> update_cadence(8, batch_size=32, num_envs=1, train_freq=4)       # RL Zoo's Atari DQN
+        (4, 1)
+        >>> update_cadence(8, batch_size=512, num_envs=256)                  # 2048 samples per vector step
+        (1, 4)
+        >>> update_cadence(32, batch_size=256, num_envs=4, train_freq=64)
+        (64, 32)
+    """
+    per_update = replay_ratio * train_freq * num_envs / batch_size
+    if per_update >= 1:
+        return train_freq, round(per_update)
+    return max(1, round(batch_size / (replay_ratio * num_envs))), 1
+
+
 def bytes_per_transition(arrays, capacity: int) -> float | None:
     """Bytes of the numpy ``arrays`` a replay buffer holds, per transition of its ``capacity``.
 

@@ -13,6 +13,9 @@ def test_auto_picks_envpool_when_it_supports_the_task_and_gymnasium_otherwise():
     from rlaccel_plugins.parallel.factory import choose_backend
 
     assert choose_backend("CartPole-v1", "auto") == "envpool"
+    assert choose_backend("CartPole-v1", "auto", num_envs=64) == "envpool"
+    assert choose_backend("CartPole-v1", "auto", num_envs=4) == "gymnasium"  # microsecond steps: in-process wins
+    assert choose_backend("Pong-v5", "auto", num_envs=4) == "envpool"
     assert choose_backend("Taxi-v4", "auto") == "gymnasium"  # gymnasium has it, envpool does not
     assert choose_backend("CartPole-v1", "gymnasium") == "gymnasium"
     with pytest.raises(rla.ConfigError, match="env_id must be a task envpool supports"):

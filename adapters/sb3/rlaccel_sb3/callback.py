@@ -7,6 +7,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from rlaccel_plugins.config import AccelConfig, load_config
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
+from rlaccel_plugins.updates.guard import GradientGuard
 from rlaccel_sb3.networks import critic_networks, trained_networks
 from rlaccel_sb3.weights import ImportanceWeightHook
 
@@ -50,17 +51,22 @@ class SparseDenseCallback(BaseCallback):
         self._saved_state: dict | None = None
         self._fps: FpsMeter | None = None
         self._final_stats: dict[str, float] = {}
+        self.guard: GradientGuard | None = None
         self.networks: list[str] = []  # names of the networks under the schedule in the last learn()
 
     def _on_training_start(self) -> None:
         self.teardown()  # a previous learn() that never reached its end
+        batch = getattr(self.model, "batch_size", None) or 8
+        networks = trained_networks(self.model, batch=min(int(batch), 256))
+        self.guard = GradientGuard.from_config(self.config)
+        for net in networks if self.guard is not None else ():
+            self.guard.attach(net.optimizer)
         if self.sparse:
             self.updater = SparseDenseUpdater.from_config(self.config)
             if self._saved_state is not None:
                 self.updater.load_state_dict(self._saved_state)
-            batch = getattr(self.model, "batch_size", None) or 8
             self.networks = []
-            for net in trained_networks(self.model, batch=min(int(batch), 256)):
+            for net in networks:
                 att = self.updater.attach(net.module, net.optimizer, example_input=net.example_input, name=net.name)
                 self.networks.append(net.name)
                 if self.verbose:
@@ -83,12 +89,13 @@ class SparseDenseCallback(BaseCallback):
         buffer = getattr(self.model, "replay_buffer", None)
         engine = getattr(buffer, "engine", None)
         fps = self._fps.read(self.num_timesteps) if self._fps else None
-        return collect_metrics(updater=self.updater, replay=engine, fps=fps)
+        return collect_metrics(updater=self.updater, replay=engine, fps=fps, guard=self.guard)
 
     @property
     def stats(self) -> dict[str, float]:
-        """The updater's counters (kept after training ends)."""
-        return self.updater.stats if self.updater is not None and self.updater.attachments else self._final_stats
+        """The updater's counters (kept after training ends) and the gradient guard's."""
+        stats = self.updater.stats if self.updater is not None and self.updater.attachments else self._final_stats
+        return {**stats, **(self.guard.stats if self.guard is not None else {})}
 
     def _on_training_end(self) -> None:
         self.teardown()
@@ -102,3 +109,5 @@ class SparseDenseCallback(BaseCallback):
         if self.weights is not None:
             self.weights.remove()
             self.weights = None
+        if self.guard is not None:
+            self.guard.detach()

@@ -53,7 +53,10 @@ class EnvPoolVecEnv(VecEnv):
             raise ConfigError(f"env_id must be an envpool task, got env_id={env_id!r}."
                               f"{did_you_mean(env_id, envpool.list_all_envs())} Use SB3's make_vec_env otherwise.")
         self.env_id = env_id
-        self._kwargs = {**(SB3_ATARI_OPTIONS if sb3_atari else {}), **envpool_kwargs}
+        from rlaccel_plugins.parallel.factory import envpool_threads
+
+        self._kwargs = {"num_threads": envpool_threads(env_id, num_envs), **(SB3_ATARI_OPTIONS if sb3_atari else {}),
+                        **envpool_kwargs}
         self._seed = seed
         self.pool = envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed, **self._kwargs)
         observation_space = self.pool.observation_space

@@ -5,7 +5,8 @@ rlaccel. Accelerated: the same settings with the preset's training values applie
 learning rate, env count — rlaccel builds this agent, so it may), the tiered buffer, the
 sparse/dense callback and envpool when it supports the task. With several envs ``train_freq``
 (which counts ``env.step`` calls) is divided by the env count, so gradient steps per collected
-transition — the replay ratio — stay RL Zoo's.
+transition stay RL Zoo's — unless the config sets ``training.replay_ratio`` (samples drawn per env
+step), which then sets the gradient steps per update.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from stable_baselines3.common.vec_env import VecMonitor
 
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.parallel.atari import is_atari
-from rlaccel_plugins.parallel.factory import envpool_env_ids
-from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition
+from rlaccel_plugins.parallel.factory import envpool_pays
+from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition, update_cadence
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import SparseDenseCallback
 from rlaccel_sb3.envpool_vec_env import EnvPoolVecEnv
@@ -87,7 +88,7 @@ def make_env(env_id: str, n_envs: int, seed: int, accelerated: bool, evaluation:
         wrapper = dict(terminal_on_life_loss=False, clip_reward=False) if evaluation else None
         return VecFrameStack(make_atari_env(f"{game}NoFrameskip-v4", n_envs=n_envs, seed=seed,
                                             wrapper_kwargs=wrapper), 4)
-    if accelerated and env_id in envpool_env_ids():
+    if accelerated and envpool_pays(env_id, n_envs):
         return VecMonitor(EnvPoolVecEnv(env_id, num_envs=n_envs, seed=seed))
     return make_vec_env(env_id, n_envs=n_envs, seed=seed)
 
@@ -112,14 +113,22 @@ def build(spec: TrainSpec):
             old_envs, n_envs = n_envs, hw.parallel_envs
             if isinstance(kwargs.get("train_freq"), int):
                 kwargs["train_freq"] = max(1, kwargs["train_freq"] * old_envs // n_envs)
+            if training.replay_ratio != "auto":
+                kwargs["train_freq"], kwargs["gradient_steps"] = update_cadence(
+                    training.replay_ratio, training.batch_size, n_envs, kwargs.get("train_freq", 1))
             rb = spec.config.replay_buffer
             kwargs.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(
                 level_capacity=list(rb.level_capacity), sampling_ratio=list(rb.sampling_ratio),
                 ratio_schedule=rb.ratio_schedule, anneal_steps=rb.anneal_steps, importance_beta=rb.importance_beta,
                 seed=spec.seed))
             kwargs["buffer_size"] = rb.capacity
+        if training.net_arch != "auto" and not is_atari(spec.env_id):
+            kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
         callbacks.append(SparseDenseCallback(config=spec.config))
     kwargs.update(spec.hyperparams)
+    if kwargs.get("replay_buffer_class") is TieredReplayBuffer and kwargs.get("n_steps", 1) > 1:
+        # SB3 ignores n_steps with a custom buffer class: hand it to ours, which computes the same returns
+        kwargs["replay_buffer_kwargs"].update(n_steps=kwargs.pop("n_steps"), gamma=kwargs.get("gamma", 0.99))
     env = make_env(spec.env_id, n_envs, spec.seed, accelerated=not spec.stock)
     tensorboard = spec.logdir if spec.logdir and spec.config.monitoring.tensorboard else None
     policy = "CnnPolicy" if is_atari(spec.env_id) else "MlpPolicy"

@@ -16,6 +16,7 @@ def rlaccel_register_adapters(registry: Any) -> None:
         name="tianshou", framework="tianshou",
         supports="Tianshou 2.0 algorithms (tianshou.algorithm.Algorithm)",
         accelerate="rlaccel_tianshou.acceleration:accelerate", train="rlaccel_tianshou.train:run",
+        export="rlaccel_tianshou.export:export",
         install_hint='Install it with: pip install "rlaccel-plugins[tianshou]"'))
 
 

@@ -3,12 +3,14 @@
 Stock (``--stock``): the settings of Tianshou's own ``test/discrete/test_dqn.py`` (10 envs, lr 1e-3,
 gamma 0.9, n-step 3, target update 320, 0.1 gradient steps per env step, batch 64, 20k buffer,
 [128]*4 net), a plain ``VectorReplayBuffer``. Accelerated: the recipe of
-``examples/tianshou_dqn_cartpole.py`` with the preset's tiers, batch size and learning rate, the
+``examples/tianshou_dqn_cartpole.py`` with the preset's tiers, batch size, learning rate, env count and
+replay ratio (default 0.5 gradient steps per env step), the
 tiered buffer, the sparse/dense wrapper and envpool envs when envpool supports the task.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gymnasium as gym
@@ -23,20 +25,21 @@ from tianshou.env import DummyVectorEnv
 from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
 
+from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
-from rlaccel_plugins.parallel.factory import envpool_env_ids
+from rlaccel_plugins.parallel.factory import envpool_pays, envpool_threads
 from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.wrapper import SparseDenseWrapper
 
-NUM_ENVS = 10
+NUM_ENVS = 10  # Tianshou's test_dqn.py; rlaccel uses the preset's parallel_envs
 
 
 def _envs(env_id: str, n: int, seed: int, envpool_ok: bool):
-    if envpool_ok and env_id in envpool_env_ids():
+    if envpool_ok and envpool_pays(env_id, n):
         import envpool
 
-        return envpool.make_gymnasium(env_id, num_envs=n, seed=seed)
+        return envpool.make_gymnasium(env_id, num_envs=n, seed=seed, num_threads=envpool_threads(env_id, n))
     venv = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(n)])
     venv.seed(seed)
     return venv
@@ -52,14 +55,20 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     obs_dim, n_actions = int(np.prod(probe.observation_space.shape)), int(probe.action_space.n)
     training = spec.config.training
     if spec.stock:
-        net = Net(state_shape=obs_dim, action_shape=n_actions, hidden_sizes=[128] * 4)
+        num_envs = NUM_ENVS
+        hidden = [128] * 4
+        net = Net(state_shape=obs_dim, action_shape=n_actions, hidden_sizes=hidden)
         eps, lr, gamma, target, batch, ups = 0.1, 1e-3, 0.9, 320, 64, 0.1
-        buffer = VectorReplayBuffer(20_000, NUM_ENVS)
+        buffer = VectorReplayBuffer(20_000, num_envs)
     else:
-        net = Net(state_shape=obs_dim, action_shape=n_actions, hidden_sizes=[256, 256])
-        eps, lr, gamma, target, batch, ups = 1.0, training.learning_rate, 0.99, 500, training.batch_size, 0.5
+        num_envs = resolve_auto(spec.config).parallel_envs
+        hidden = [256, 256] if training.net_arch == "auto" else list(training.net_arch)
+        net = Net(state_shape=obs_dim, action_shape=n_actions, hidden_sizes=hidden)
+        batch = training.batch_size
+        ups = 0.5 if training.replay_ratio == "auto" else training.replay_ratio / batch
+        eps, lr, gamma, target = 1.0, training.learning_rate, 0.99, 500
         rb = spec.config.replay_buffer
-        buffer = TieredVectorReplayBuffer(rb.capacity, NUM_ENVS, level_capacity=list(rb.level_capacity),
+        buffer = TieredVectorReplayBuffer(rb.capacity, num_envs, level_capacity=list(rb.level_capacity),
                                           sampling_ratio=list(rb.sampling_ratio), ratio_schedule=rb.ratio_schedule,
                                           anneal_steps=rb.anneal_steps, importance_beta=rb.importance_beta,
                                           random_seed=spec.seed)
@@ -68,11 +77,11 @@ def run(spec: TrainSpec, progress) -> TrainResult:
                     target_update_freq=target)
     if not spec.stock:
         algorithm = SparseDenseWrapper(algorithm, config=spec.config)
-    training_collector = Collector(algorithm, _envs(spec.env_id, NUM_ENVS, spec.seed, not spec.stock), buffer,
+    training_collector = Collector(algorithm, _envs(spec.env_id, num_envs, spec.seed, not spec.stock), buffer,
                                    exploration_noise=True)
     eval_collector = Collector(algorithm, _envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
     training_collector.reset()
-    training_collector.collect(n_step=batch * NUM_ENVS, random=True)
+    training_collector.collect(n_step=batch * num_envs, random=True)
     counter = _count_updates(algorithm)
     clock = EvalClock()
     monitor = _Monitor(spec, progress, algorithm, buffer)
@@ -95,6 +104,9 @@ def run(spec: TrainSpec, progress) -> TrainResult:
         out = Path(spec.logdir)
         out.mkdir(parents=True, exist_ok=True)
         torch.save(algorithm.state_dict(), out / "algorithm.pt")
+        (out / "model.json").write_text(json.dumps({  # what `rlaccel export` needs to rebuild the network
+            "algo": spec.algo, "env_id": spec.env_id, "obs_dim": obs_dim, "n_actions": n_actions,
+            "hidden_sizes": hidden}))
         (out / "rlaccel.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
         result.model_path = str(out / "algorithm.pt")
     return result
@@ -195,7 +207,7 @@ def _train_sync(spec, monitor, algorithm, policy, training_collector, eval_colle
     algorithm.run_training(OffPolicyTrainerParams(
         training_collector=training_collector, test_collector=eval_collector,
         test_step_num_episodes=spec.eval_episodes, max_epochs=max(1, spec.steps // spec.eval_freq),
-        epoch_num_steps=spec.eval_freq, collection_step_num_env_steps=NUM_ENVS, batch_size=batch,
+        epoch_num_steps=spec.eval_freq, collection_step_num_env_steps=training_collector.buffer.buffer_num, batch_size=batch,
         update_step_num_gradient_steps_per_sample=ups, training_fn=training_fn, test_fn=test_fn, stop_fn=stop_fn,
         logger=monitor.logger, show_progress=False, verbose=False))
     return int(training_collector.collect_step)
@@ -218,7 +230,7 @@ def _train_async(spec, monitor, policy, buffer, batch, ups, eval_collector, cloc
             monitor.evaluated(env_steps, mean)
             state["stop"] = spec.threshold is not None and mean >= spec.threshold
 
-    envs = _envs(spec.env_id, NUM_ENVS, spec.seed + 1, True)
+    envs = _envs(spec.env_id, buffer.buffer_num, spec.seed + 1, True)
     return train_async(monitor.algorithm, envs, buffer, spec.steps, batch_size=batch, gradient_steps_per_sample=ups,
                        sync_interval=spec.config.training.sync_interval, on_chunk=on_chunk,
                        should_stop=lambda: state["stop"])

@@ -30,6 +30,7 @@ from tianshou.algorithm.algorithm_base import (
 from rlaccel_plugins.config import AccelConfig, load_config
 from rlaccel_plugins.metrics import collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
+from rlaccel_plugins.updates.guard import GradientGuard
 
 RLACCEL_STATE_KEY = "_rlaccel"
 TRACE_BATCH = 8
@@ -57,11 +58,15 @@ class _SparseDenseMixin:
     def _init_sparse_dense(self, config: AccelConfig, sparse: bool) -> None:
         self.rlaccel_config = config
         self.updater = SparseDenseUpdater.from_config(config) if sparse else None
+        self.guard = GradientGuard.from_config(config)
         self.lr_schedulers = self.wrapped_algorithm.lr_schedulers  # shared: stepped once per update
         self._last_buffer = None
 
     # ---------------------------------------------------------------- attaching on the first batch
     def _ensure_attached(self, batch: Any) -> None:
+        if self.guard is not None:  # attach() is idempotent
+            for optimizer in self.wrapped_algorithm._optimizers:
+                self.guard.attach(optimizer._optim)
         if self.updater is None or self.updater.attachments:
             return
         obs = _head(batch.obs)
@@ -77,7 +82,7 @@ class _SparseDenseMixin:
 
     def _stats(self, stats: TrainingStats) -> TrainingStats:
         tiered = callable(getattr(self._last_buffer, "stats", None))  # our buffers report their levels
-        return SparseDenseStats(stats, collect_metrics(updater=self.updater,
+        return SparseDenseStats(stats, collect_metrics(updater=self.updater, guard=self.guard,
                                                        replay=self._last_buffer if tiered else None))
 
     # ---------------------------------------------------------------- state
@@ -102,6 +107,8 @@ class _SparseDenseMixin:
         """Restore every parameter's ``requires_grad`` and remove the hooks."""
         if self.updater is not None:
             self.updater.detach()
+        if self.guard is not None:
+            self.guard.detach()
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -1,0 +1,82 @@
+"""Gradient safety on any torch optimizer: clip the gradient norm, and skip a step whose gradients
+are not finite instead of writing NaN/Inf into the weights (SEED.md §4).
+
+A NaN or Inf loss makes every gradient non-finite, so checking the gradient norm catches both.
+
+Examples:
+    >>> import torch
+    >>> net = torch.nn.Linear(2, 1)
+    >>> opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    >>> guard = GradientGuard(max_grad_norm=1.0)
+    >>> guard.attach(opt)
+    >>> net(torch.tensor([[float("nan"), 0.0]])).sum().backward()
+    >>> before = net.weight.detach().clone()
+    >>> opt.step()
+    >>> torch.equal(before, net.weight), guard.stats["skipped_steps"]
+    (True, 1)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+
+log = logging.getLogger("rlaccel")
+
+
+class GradientGuard:
+    """Wraps ``optimizer.step`` of attached optimizers: clip to ``max_grad_norm`` (None: no clipping),
+    and with ``skip_nonfinite`` drop steps whose gradient norm is NaN/Inf (counted and logged)."""
+
+    def __init__(self, max_grad_norm: float | None = None, skip_nonfinite: bool = True) -> None:
+        self.max_grad_norm = max_grad_norm
+        self.skip_nonfinite = skip_nonfinite
+        self.stats = {"skipped_steps": 0, "clipped_steps": 0, "guarded_steps": 0}
+        self._originals: dict[int, tuple[Any, Any]] = {}
+
+    @classmethod
+    def from_config(cls, config) -> GradientGuard | None:
+        """The guard a config asks for, or None when it asks for nothing."""
+        precision = config.precision
+        if precision.max_grad_norm is None and not precision.skip_nonfinite:
+            return None
+        return cls(precision.max_grad_norm, precision.skip_nonfinite)
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        if id(optimizer) in self._originals:
+            return
+        original = optimizer.step
+
+        def guarded_step(*args: Any, **kwargs: Any):
+            if self._allow(optimizer):
+                return original(*args, **kwargs)
+            return None
+
+        self._originals[id(optimizer)] = (optimizer, original)
+        optimizer.step = guarded_step
+
+    def detach(self) -> None:
+        for optimizer, _ in self._originals.values():
+            optimizer.__dict__.pop("step", None)  # back to the class's own step
+        self._originals.clear()
+
+    def _allow(self, optimizer: torch.optim.Optimizer) -> bool:
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if not params:
+            return True
+        self.stats["guarded_steps"] += 1
+        limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+        if self.skip_nonfinite and not math.isfinite(norm):
+            for p in params:
+                p.grad = None
+            self.stats["skipped_steps"] += 1
+            log.warning("rlaccel: skipped an optimizer step with a non-finite gradient norm (%s); "
+                        "%d skipped so far", norm, self.stats["skipped_steps"])
+            return False
+        if norm > limit:
+            self.stats["clipped_steps"] += 1
+        return True

@@ -1,0 +1,84 @@
+"""`rlaccel bench`: suites, summaries, the table and the equal-samples rule, with tiny budgets."""
+
+import json
+import math
+
+import pytest
+
+from rlaccel_plugins.bench import report
+from rlaccel_plugins.bench.runner import variant_config
+from rlaccel_plugins.bench.suites import SUITES, get_suite
+from rlaccel_plugins.cli import main
+from rlaccel_plugins.errors import ConfigError
+from rlaccel_plugins.training import update_cadence
+
+
+def _record(variant, role, seed, seconds, steps=1000, train_seconds=10.0):
+    return {"task": "CartPole-v1", "variant": variant, "role": role, "seed": seed, "cap": 5000,
+            "threshold": 475.0, "seconds_to_threshold": seconds, "steps_to_threshold": steps if seconds else None,
+            "final_eval": 480.0, "env_steps": 5000, "train_seconds": train_seconds, "env_steps_per_s": 500.0,
+            "gradient_steps": 100, "gradient_steps_per_s": 10.0, "replay_bytes_per_transition": 52.0,
+            "peak_rss_mb": 300.0, "curve": [{"env_steps": 1000, "train_seconds": 1.0, "mean_reward": 20.0},
+                                            {"env_steps": 2000, "train_seconds": 2.0, "mean_reward": 480.0}]}
+
+
+def test_a_run_that_misses_the_threshold_counts_as_infinitely_slow_in_the_median():
+    records = [_record("stock", "yardstick", s, t) for s, t in enumerate([30.0, 20.0, None])] + \
+              [_record("fast", "accelerated", s, t) for s, t in enumerate([4.0, 5.0, 6.0])]
+    rows = {r["variant"]: r for r in report.summarize(records)}
+    assert rows["stock"]["median_seconds_to_threshold"] == 30.0 and rows["stock"]["reached"] == 2
+    assert rows["fast"]["speedup_vs_yardstick"] == pytest.approx(6.0) and rows["fast"]["speedup_bound"] == "exact"
+    never = [_record("stock", "yardstick", s, None) for s in range(3)] + [_record("fast", "accelerated", 0, 2.0)]
+    rows = {r["variant"]: r for r in report.summarize(never)}
+    assert rows["stock"]["median_seconds_to_threshold"] == math.inf
+    assert rows["fast"]["speedup_bound"] == "lower bound" and rows["fast"]["speedup_vs_yardstick"] == 5.0
+    table = report.markdown({"machine": "test", "suite": "quick", "seeds": 3, "summary": report.summarize(never),
+                             "raw_env_steps_per_s": {}, "thresholds": {"CartPole-v1": 475.0}})
+    assert "not reached (> 5,000 steps)" in table and "> 5.00x" in table
+
+
+def test_suites_filter_frameworks_keep_the_yardstick_and_add_ablations():
+    assert {"quick", "classic", "atari", "atari-fps"} <= set(SUITES)
+    (task,) = get_suite("quick", frameworks=("tianshou",), ablate=True)
+    names = [v.name for v in task.variants]
+    assert names[0] == "sb3 stock (RL Zoo)"  # the yardstick stays whatever the frameworks
+    assert "tianshou rlaccel[classic_control]" in names and "sb3 rlaccel[classic_control]" not in names
+    assert {"tianshou tiers only", "tianshou sparse/dense only", "tianshou parallel only",
+            "tianshou settings only"} <= set(names)
+    settings_only = next(v for v in task.variants if v.name == "tianshou settings only")
+    config = variant_config(settings_only)
+    preset = variant_config(next(v for v in task.variants if v.role == "accelerated"))
+    assert config.replay_buffer.sampling_ratio == (1.0,)
+    assert config.replay_buffer.capacity == preset.replay_buffer.capacity
+    assert config.training.sparse_update_interval == 1 and config.training.parallel_envs == 1
+    assert config.training.batch_size == preset.training.batch_size
+
+
+def test_bad_suite_and_frameworks_are_named():
+    with pytest.raises(ConfigError, match="suite must be one of .* Did you mean 'quick'"):
+        get_suite("quik")
+    with pytest.raises(ConfigError, match="frameworks must be a comma-separated subset of sb3,tianshou"):
+        get_suite("quick", frameworks=("sb4",))
+
+
+def test_equal_samples_per_env_step():
+    for ratio, batch, envs, freq in [(8, 32, 1, 4), (8, 512, 256, 1), (32, 256, 4, 64), (8, 512, 8, 1)]:
+        train_freq, gradient_steps = update_cadence(ratio, batch, envs, freq)
+        assert batch * gradient_steps / (train_freq * envs) == pytest.approx(ratio)
+
+
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_bench_command_writes_results_table_and_plots(tmp_path, capsys):
+    args = ["bench", "--suite", "quick", "--seeds", "1", "--frameworks", "tianshou", "--steps", "1500",
+            "--out", str(tmp_path)]
+    assert main(args) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    variants = {r["variant"] for r in results["records"]}
+    assert variants == {"sb3 stock (RL Zoo)", "tianshou rlaccel[classic_control]", "tianshou stock (example settings)"}
+    for record in results["records"]:
+        assert record["env_steps"] >= 1500 or record["seconds_to_threshold"] is not None
+        assert record["peak_rss_mb"] > 50 and record["gradient_steps"] > 0 and record["curve"]
+    assert results["raw_env_steps_per_s"]["CartPole-v1"]["env_steps_per_s"] > 1000
+    assert "| variant | reached |" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
+    assert "written:" in capsys.readouterr().out
