@@ -154,12 +154,13 @@ class StopSignal:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
         self.received: int | None = None
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopSignal:
-        for sig in self.SIGNALS:
+        for sig in self.SIGNALS if self.enabled else ():
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread: signals cannot be caught here

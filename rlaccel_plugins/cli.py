@@ -69,6 +69,9 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--async", dest="async_mode", action="store_true",
                        help="collect in an actor thread while the learner trains (SB3 off-policy; measure first: "
                             "on 2 CPU cores it is slower)")
+    train.add_argument("--resume", metavar="DIR", default=None,
+                       help="continue the run in DIR (its --logdir) from its newest valid checkpoint, with its "
+                            "own settings")
     train.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (WANDB_MODE=offline works)")
     train.set_defaults(func=cmd_train)
 
@@ -160,17 +163,27 @@ def _parse_overrides(items: list[str], flag: str = "--set") -> dict:
 
 def cmd_train(args: argparse.Namespace) -> int:
     import time
+    from pathlib import Path
 
     from rlaccel_plugins.config import load_config
     from rlaccel_plugins.training import TrainSpec, run_training
 
-    config = load_config(preset=args.preset, **_parse_overrides(args.overrides))
-    logdir = args.logdir or f"runs/{args.framework}-{args.algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
-    spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config, steps=args.steps,
-                     seed=args.seed, logdir=logdir, stock=args.stock, eval_freq=args.eval_freq,
-                     wandb=args.wandb, progress=not args.no_progress,
-                     hyperparams=_parse_overrides(args.hyperparams, "--hp"), async_mode=args.async_mode)
+    if args.resume:  # the run's own settings, from its spec.json
+        logdir = args.resume
+        spec = TrainSpec.load(Path(logdir) / "spec.json", logdir=logdir, resume=True, wandb=args.wandb,
+                              progress=not args.no_progress)
+    else:
+        config = load_config(preset=args.preset, **_parse_overrides(args.overrides))
+        logdir = args.logdir or f"runs/{args.framework}-{args.algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+        spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config,
+                         steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, eval_freq=args.eval_freq,
+                         wandb=args.wandb, progress=not args.no_progress,
+                         hyperparams=_parse_overrides(args.hyperparams, "--hp"), async_mode=args.async_mode)
     result = run_training(spec)
+    if result.stopped_by_signal is not None:
+        print(f"{spec.variant}: stopped by signal {result.stopped_by_signal} at {result.env_steps:,} env steps; "
+              f"checkpoint {result.checkpoint}; continue with: rlaccel train --resume {logdir}")
+        return 128 + result.stopped_by_signal
     seconds, steps = result.time_to_threshold(spec.threshold)
     reached = f"reached {spec.threshold:g} after {seconds:.1f} s / {steps:,} env steps" if seconds is not None \
         else f"did not reach {spec.threshold} within {result.env_steps:,} env steps"

@@ -95,9 +95,11 @@ class ReplayBufferConfig:
     anneal_steps: int = 1_000_000
     importance_beta: float | None = None
     dedup_frames: bool | str = AUTO
+    n_step: int | str = AUTO  # n-step returns where rlaccel builds the agent; auto: the recipe's own
 
     def __post_init__(self) -> None:
         levels = _int("levels", self.levels, minimum=1)
+        _int("n_step", self.n_step, minimum=1, auto=True)
         caps = _sequence("level_capacity", self.level_capacity)
         for cap in caps:
             if not _is_int(cap) or cap < 1:

@@ -38,6 +38,29 @@ class TrainSpec:
     progress: bool = True
     hyperparams: dict[str, Any] = field(default_factory=dict)  # the framework's own, applied last
     async_mode: bool = False          # collect in an actor thread while the learner trains
+    resume: bool = False              # continue from the newest valid checkpoint in ``logdir``
+    stop: Any = field(default=None, repr=False, compare=False)  # set by run_training: a StopSignal
+
+    SAVED = ("framework", "algo", "env_id", "steps", "seed", "stock", "eval_freq", "eval_episodes", "stop_at",
+             "hyperparams", "async_mode")
+
+    def save(self, path: str | Path) -> None:
+        """Write what ``rlaccel train --resume`` needs to rebuild this spec (``spec.json``)."""
+        data = {name: getattr(self, name) for name in self.SAVED}
+        Path(path).write_text(json.dumps({**data, "config": self.config.to_dict()}, indent=2, default=str))
+
+    @classmethod
+    def load(cls, path: str | Path, **changes: Any) -> TrainSpec:
+        from rlaccel_plugins.config import load_config
+        from rlaccel_plugins.errors import ConfigError
+
+        try:
+            data = json.loads(Path(path).read_text())
+            config = load_config(data.pop("config"))
+            return cls(config=config, **{k: v for k, v in data.items() if k in cls.SAVED}, **changes)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"--resume needs the spec.json an `rlaccel train` run writes in its --logdir, "
+                              f"got {str(path)!r}: {exc}") from None
 
     @property
     def threshold(self) -> float | None:
@@ -64,6 +87,8 @@ class TrainResult:
     model_path: str | None = None
     stats: dict[str, float] = field(default_factory=dict)
     gradient_steps: int = 0                          # optimizer steps on the main network
+    stopped_by_signal: int | None = None             # SIGTERM/SIGINT: checkpointed and stopped early
+    checkpoint: str | None = None                    # the newest checkpoint written
     replay_bytes_per_transition: float | None = None  # replay memory / capacity (None: no replay buffer)
 
     def time_to_threshold(self, threshold: float | None) -> tuple[float | None, int | None]:
@@ -91,6 +116,14 @@ class EvalClock:
 
     def train_seconds(self) -> float:
         return time.perf_counter() - self._start - self._excluded
+
+    def state(self) -> dict[str, Any]:
+        return {"train_seconds": self.train_seconds(), "curve": [asdict(p) for p in self.curve]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue a checkpointed run's clock and curve."""
+        self._start, self._excluded = time.perf_counter() - state["train_seconds"], 0.0
+        self.curve = [EvalPoint(**p) for p in state["curve"]]
 
     def evaluate(self, env_steps: int, evaluate_fn) -> float:
         """Run ``evaluate_fn() -> mean reward`` off the clock and record the point."""
@@ -147,11 +180,19 @@ def run_training(spec: TrainSpec) -> TrainResult:
     from rlaccel_plugins.plugins import get_plugin_manager
     from rlaccel_plugins.progress import TrainingProgress
 
+    from rlaccel_plugins.checkpoint import StopSignal
+
     adapter = get_plugin_manager().adapters.get(spec.framework)
+    if spec.logdir and not spec.resume:
+        Path(spec.logdir).mkdir(parents=True, exist_ok=True)
+        spec.save(Path(spec.logdir) / "spec.json")
     run = start_wandb(spec) if spec.wandb else None
     try:
-        with TrainingProgress(total=spec.steps, label=f"{spec.framework} {spec.algo} {spec.env_id} {spec.variant}",
-                              enabled=spec.progress) as progress:
+        # only a run with a --logdir can checkpoint; without one a signal keeps its usual effect
+        with StopSignal(enabled=bool(spec.logdir) and spec.config.checkpoint.on_signal) as stop, \
+                TrainingProgress(total=spec.steps, label=f"{spec.framework} {spec.algo} {spec.env_id} {spec.variant}",
+                                 enabled=spec.progress) as progress:
+            spec.stop = stop
             result = adapter.load("train")(spec, progress)
     finally:
         if run is not None:

@@ -42,7 +42,8 @@ def test_suites_filter_frameworks_keep_the_yardstick_and_add_ablations():
     (task,) = get_suite("quick", frameworks=("tianshou",), ablate=True)
     names = [v.name for v in task.variants]
     assert names[0] == "sb3 stock (RL Zoo)"  # the yardstick stays whatever the frameworks
-    assert "tianshou rlaccel[classic_control]" in names and "sb3 rlaccel[classic_control]" not in names
+    assert "tianshou rlaccel[classic_control, batch_size=64, replay_ratio=32]" in names
+    assert "sb3 rlaccel[classic_control]" not in names
     assert {"tianshou tiers only", "tianshou sparse/dense only", "tianshou parallel only",
             "tianshou settings only"} <= set(names)
     settings_only = next(v for v in task.variants if v.name == "tianshou settings only")
@@ -51,7 +52,7 @@ def test_suites_filter_frameworks_keep_the_yardstick_and_add_ablations():
     assert config.replay_buffer.sampling_ratio == (1.0,)
     assert config.replay_buffer.capacity == preset.replay_buffer.capacity
     assert config.training.sparse_update_interval == 1 and config.training.parallel_envs == 1
-    assert config.training.batch_size == preset.training.batch_size
+    assert config.training.batch_size == preset.training.batch_size == 64
 
 
 def test_bad_suite_and_frameworks_are_named():
@@ -74,7 +75,8 @@ def test_bench_command_writes_results_table_and_plots(tmp_path, capsys):
     assert main(args) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     variants = {r["variant"] for r in results["records"]}
-    assert variants == {"sb3 stock (RL Zoo)", "tianshou rlaccel[classic_control]", "tianshou stock (example settings)"}
+    assert variants == {"sb3 stock (RL Zoo)", "tianshou rlaccel[classic_control, batch_size=64, replay_ratio=32]",
+                        "tianshou stock (example settings)"}
     for record in results["records"]:
         assert record["env_steps"] >= 1500 or record["seconds_to_threshold"] is not None
         assert record["peak_rss_mb"] > 50 and record["gradient_steps"] > 0 and record["curve"]

@@ -230,7 +230,7 @@ def test_accelerate_swaps_the_buffer_keeping_transitions_and_restore_undoes_it(c
     with caplog.at_level("INFO", logger="rlaccel"):
         callback = rla.accelerate(model, preset="classic_control")   # dispatched to rlaccel_sb3
     assert isinstance(callback, SparseDenseCallback)
-    assert "batch_size: model has 32, preset 'classic_control' suggests 64 (not changed" in caplog.text
+    assert "batch_size: model has 32, preset 'classic_control' suggests 256 (not changed" in caplog.text
     assert model.batch_size == 32                                    # reported, never changed
     tiered = model.replay_buffer
     assert isinstance(tiered, TieredReplayBuffer) and len(tiered.engine) == stored

@@ -100,6 +100,16 @@ class SparseDenseCallback(BaseCallback):
     def _on_training_end(self) -> None:
         self.teardown()
 
+    def state_dict(self) -> dict | None:
+        """The schedule's state (phase and counters), to resume it in a new process."""
+        if self.updater is not None and self.updater.attachments:
+            return self.updater.state_dict()
+        return self._saved_state
+
+    def load_state_dict(self, state: dict | None) -> None:
+        """Resume the schedule at the next ``learn()``."""
+        self._saved_state = state
+
     def teardown(self) -> None:
         """Detach everything and restore every flag; safe to call any number of times."""
         if self.updater is not None and self.updater.attachments:

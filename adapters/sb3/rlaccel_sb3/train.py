@@ -12,6 +12,7 @@ step), which then sets the gradient steps per update.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,8 @@ def build(spec: TrainSpec):
                 ratio_schedule=rb.ratio_schedule, anneal_steps=rb.anneal_steps, importance_beta=rb.importance_beta,
                 seed=spec.seed))
             kwargs["buffer_size"] = rb.capacity
+            if rb.n_step != "auto":
+                kwargs["n_steps"] = rb.n_step  # handed to the tiered buffer below
         if training.net_arch != "auto" and not is_atari(spec.env_id):
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
         callbacks.append(SparseDenseCallback(config=spec.config))
@@ -133,12 +136,6 @@ def build(spec: TrainSpec):
     tensorboard = spec.logdir if spec.logdir and spec.config.monitoring.tensorboard else None
     policy = "CnnPolicy" if is_atari(spec.env_id) else "MlpPolicy"
     model = cls(policy, env, seed=spec.seed, tensorboard_log=tensorboard, verbose=0, **kwargs)
-    every = spec.config.checkpoint.every_steps
-    if every and spec.logdir:
-        from stable_baselines3.common.callbacks import CheckpointCallback
-
-        callbacks.append(CheckpointCallback(save_freq=max(1, every // n_envs), name_prefix="model",
-                                            save_path=str(Path(spec.logdir) / "checkpoints")))
     return model, callbacks
 
 
@@ -150,6 +147,9 @@ class _EvalAndProgress(BaseCallback):
         self.spec, self.progress, self.clock, self.sparse = spec, progress, clock, sparse
         self.eval_env = make_env(spec.env_id, 1, spec.seed + 10_000, accelerated=not spec.stock, evaluation=True)
         self._next_eval = spec.eval_freq
+
+    def _on_training_start(self) -> None:  # a resumed run continues the evaluation cadence
+        self._next_eval = (self.num_timesteps // self.spec.eval_freq + 1) * self.spec.eval_freq
 
     def _on_step(self) -> bool:
         steps = self.num_timesteps
@@ -192,22 +192,43 @@ def replay_bytes_per_transition(model) -> float | None:
 
 
 def run(spec: TrainSpec, progress) -> TrainResult:
-    """Train ``spec`` with SB3; returns the evaluation curve and where the model was saved."""
+    """Train ``spec`` with SB3; returns the evaluation curve and where the model was saved.
+
+    With ``spec.logdir``: checkpoints every ``checkpoint.every_steps`` and on SIGTERM/SIGINT;
+    ``spec.resume`` continues from the newest valid checkpoint there.
+    """
+    from rlaccel_sb3.checkpointing import CheckpointCallback, buffer_digest, resume
+
     model, callbacks = build(spec)
     sparse = next((c for c in callbacks if isinstance(c, SparseDenseCallback)), None)
     clock = EvalClock()
-    callback = CallbackList([*callbacks, _EvalAndProgress(spec, progress, clock, sparse)])
+    resumed = None
+    if spec.resume:
+        model, resumed = resume(spec, type(model), model.get_env(), clock, sparse)
+        if spec.logdir and getattr(model, "replay_buffer", None) is not None:
+            (Path(spec.logdir) / "resumed.json").write_text(json.dumps({
+                "checkpoint": str(resumed.path), "env_steps": model.num_timesteps,
+                "buffer_sha256": buffer_digest(model.replay_buffer)}))
+    checkpoints = CheckpointCallback(spec, clock, sparse) if spec.logdir else None
+    evaluation = _EvalAndProgress(spec, progress, clock, sparse)
+    callback = CallbackList([*callbacks, evaluation, *([checkpoints] if checkpoints else [])])
+    remaining = max(0, spec.steps - model.num_timesteps)
     if spec.async_mode:
         from rlaccel_sb3.async_learn import learn_async
 
-        learn_async(model, spec.steps, callback=callback, sync_interval=spec.config.training.sync_interval)
-    else:
-        model.learn(spec.steps, callback=callback)
+        learn_async(model, remaining, callback=callback, sync_interval=spec.config.training.sync_interval)
+    elif remaining:
+        model.learn(remaining, callback=callback, reset_num_timesteps=resumed is None)
     result = TrainResult(spec={"framework": spec.framework, "algo": spec.algo, "env_id": spec.env_id,
                                "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
                          curve=clock.curve, env_steps=model.num_timesteps, train_seconds=clock.train_seconds(),
                          stats=sparse.stats if sparse is not None else {}, gradient_steps=gradient_steps(model),
                          replay_bytes_per_transition=replay_bytes_per_transition(model))
+    if checkpoints is not None and checkpoints.last is not None:
+        result.checkpoint = str(checkpoints.last.path)
+    if spec.stop is not None and spec.stop.received is not None:
+        result.stopped_by_signal = spec.stop.received
+        return result  # the checkpoint is the state to resume from; the final save is for finished runs
     if spec.logdir:
         out = Path(spec.logdir)
         out.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ tiered buffer, the sparse/dense wrapper and envpool envs when envpool supports t
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import gymnasium as gym
@@ -30,6 +31,7 @@ from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.parallel.factory import envpool_pays, envpool_threads
 from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
+from rlaccel_tianshou.checkpointing import Checkpoints, StoppedBySignal
 from rlaccel_tianshou.wrapper import SparseDenseWrapper
 
 NUM_ENVS = 10  # Tianshou's test_dqn.py; rlaccel uses the preset's parallel_envs
@@ -66,31 +68,45 @@ def run(spec: TrainSpec, progress) -> TrainResult:
         net = Net(state_shape=obs_dim, action_shape=n_actions, hidden_sizes=hidden)
         batch = training.batch_size
         ups = 0.5 if training.replay_ratio == "auto" else training.replay_ratio / batch
-        eps, lr, gamma, target = 1.0, training.learning_rate, 0.99, 500
+        # the target net is refreshed every 256 env steps whatever the replay ratio (RL Zoo's CartPole
+        # DQN refreshes it between training rounds of 256 env steps)
+        eps, lr, gamma, target = 1.0, training.learning_rate, 0.99, max(1, round(256 * ups))
         rb = spec.config.replay_buffer
         buffer = TieredVectorReplayBuffer(rb.capacity, num_envs, level_capacity=list(rb.level_capacity),
                                           sampling_ratio=list(rb.sampling_ratio), ratio_schedule=rb.ratio_schedule,
                                           anneal_steps=rb.anneal_steps, importance_beta=rb.importance_beta,
                                           random_seed=spec.seed)
     policy = DiscreteQLearningPolicy(model=net, action_space=probe.action_space, eps_training=eps, eps_inference=0.0)
-    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=lr), gamma=gamma, n_step_return_horizon=3,
+    n_step = 3 if spec.stock or spec.config.replay_buffer.n_step == "auto" else spec.config.replay_buffer.n_step
+    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=lr), gamma=gamma, n_step_return_horizon=n_step,
                     target_update_freq=target)
     if not spec.stock:
         algorithm = SparseDenseWrapper(algorithm, config=spec.config)
-    training_collector = Collector(algorithm, _envs(spec.env_id, num_envs, spec.seed, not spec.stock), buffer,
-                                   exploration_noise=True)
-    eval_collector = Collector(algorithm, _envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
-    training_collector.reset()
-    training_collector.collect(n_step=batch * num_envs, random=True)
-    counter = _count_updates(algorithm)
     clock = EvalClock()
+    checkpoints = Checkpoints(spec, algorithm, clock)
+    offset = 0
+    if spec.resume:
+        buffer, saved = checkpoints.resume()
+        offset = saved["env_steps"]
+        policy.set_eps_training(saved.get("eps_training", eps))
+    training_collector = Collector(algorithm, _envs(spec.env_id, num_envs, spec.seed + offset, not spec.stock),
+                                   buffer, exploration_noise=True)
+    eval_collector = Collector(algorithm, _envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
+    training_collector.reset(reset_buffer=not spec.resume)
+    if not spec.resume:
+        training_collector.collect(n_step=batch * num_envs, random=True)
+    counter = _count_updates(algorithm)
     monitor = _Monitor(spec, progress, algorithm, buffer)
+    checkpoints.start(buffer, offset)
+    run = _Run(spec, monitor, checkpoints, policy, clock, offset)
+    stopped = None
     try:
         if spec.async_mode:
-            env_steps = _train_async(spec, monitor, policy, buffer, batch, ups, eval_collector, clock)
+            env_steps = _train_async(run, buffer, batch, ups, eval_collector)
         else:
-            env_steps = _train_sync(spec, monitor, algorithm, policy, training_collector, eval_collector, batch,
-                                    ups, clock)
+            env_steps = _train_sync(run, algorithm, training_collector, eval_collector, batch, ups)
+    except StoppedBySignal as stop:
+        stopped, env_steps = stop.args[0], checkpoints.last.step
     finally:
         monitor.close()
     updater = getattr(algorithm, "updater", None)
@@ -100,6 +116,10 @@ def run(spec: TrainSpec, progress) -> TrainResult:
                          train_seconds=clock.train_seconds(), stats=updater.stats if updater is not None else {},
                          gradient_steps=counter["updates"],
                          replay_bytes_per_transition=bytes_per_transition(_arrays(buffer._meta), buffer.maxsize))
+    result.checkpoint = str(checkpoints.last.path) if checkpoints.last is not None else None
+    if stopped is not None:
+        result.stopped_by_signal = stopped
+        return result
     if spec.logdir:
         out = Path(spec.logdir)
         out.mkdir(parents=True, exist_ok=True)
@@ -134,8 +154,8 @@ def _arrays(batch) -> list[np.ndarray]:
 
 
 def _epsilon(env_step: int) -> float:
-    """The accelerated recipe's exploration: 1.0 down to 0.04 over the first 16k env steps."""
-    return max(0.04, 1.0 - env_step / 16_000)
+    """The accelerated recipe's exploration: 1.0 down to 0.04 over the first 8k env steps (as RL Zoo's)."""
+    return max(0.04, 1.0 - env_step / 8_000)
 
 
 class _Monitor:
@@ -185,52 +205,83 @@ def _evaluate_fn(spec: TrainSpec, eval_collector):
     return evaluate
 
 
-def _train_sync(spec, monitor, algorithm, policy, training_collector, eval_collector, batch, ups, clock) -> int:
+class _Run:
+    """What the trainer callbacks share: env-step offset of a resumed run, exploration, evaluation
+    bookkeeping on our clock, checkpoints."""
+
+    def __init__(self, spec: TrainSpec, monitor: _Monitor, checkpoints: Checkpoints, policy, clock: EvalClock,
+                 offset: int) -> None:
+        self.spec, self.monitor, self.checkpoints, self.policy, self.clock = spec, monitor, checkpoints, policy, clock
+        self.offset = offset
+        self.env_step = offset
+
+    def collected(self, env_step: int) -> None:
+        """Before each collection step (``env_step`` counts this process's steps)."""
+        self.env_step = self.offset + env_step
+        if not self.spec.stock:
+            self.policy.set_eps_training(_epsilon(self.env_step))
+        self.monitor.report(self.env_step)
+        self.checkpoints.poll(self.env_step, {"eps_training": self.policy.eps_training})
+
+    def evaluated(self, mean_reward: float) -> bool:
+        """After an evaluation: record it; whether the threshold is reached."""
+        self.monitor.evaluated(self.env_step, mean_reward)
+        return self.spec.threshold is not None and mean_reward >= self.spec.threshold
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.spec.steps - self.offset)
+
+
+def _collection_step(collector, gradient_steps_per_sample: float) -> int:
+    """Env steps per collection: one vector step, or as many as one gradient step needs (Tianshou
+    rejects a collection that earns zero gradient steps)."""
+    num_envs = collector.buffer.buffer_num
+    return num_envs * max(1, math.ceil(1 / (gradient_steps_per_sample * num_envs) - 1e-9))
+
+
+def _train_sync(run: _Run, algorithm, training_collector, eval_collector, batch, ups) -> int:
     """Tianshou's own trainer; its evaluations are taken off our clock through test_fn / stop_fn."""
-    at = {"env_step": 0}
+    spec = run.spec
 
     def training_fn(epoch: int, env_step: int) -> None:
-        at["env_step"] = env_step
-        if not spec.stock:
-            policy.set_eps_training(_epsilon(env_step))
-        monitor.report(env_step)
+        run.collected(env_step)
 
     def test_fn(epoch: int, env_step: int | None) -> None:  # Tianshou evaluates: stop our clock
-        at["env_step"] = env_step or at["env_step"]
-        clock.begin_eval()
+        if env_step is not None:
+            run.env_step = run.offset + env_step
+        run.clock.begin_eval()
 
     def stop_fn(mean_reward: float) -> bool:  # called right after each evaluation
-        clock.end_eval(at["env_step"], mean_reward)
-        monitor.evaluated(at["env_step"], mean_reward)
-        return spec.threshold is not None and mean_reward >= spec.threshold
+        run.clock.end_eval(run.env_step, mean_reward)
+        return run.evaluated(mean_reward)
 
-    algorithm.run_training(OffPolicyTrainerParams(
-        training_collector=training_collector, test_collector=eval_collector,
-        test_step_num_episodes=spec.eval_episodes, max_epochs=max(1, spec.steps // spec.eval_freq),
-        epoch_num_steps=spec.eval_freq, collection_step_num_env_steps=training_collector.buffer.buffer_num, batch_size=batch,
-        update_step_num_gradient_steps_per_sample=ups, training_fn=training_fn, test_fn=test_fn, stop_fn=stop_fn,
-        logger=monitor.logger, show_progress=False, verbose=False))
-    return int(training_collector.collect_step)
+    epoch = min(spec.eval_freq, run.remaining)  # Tianshou evaluates once per epoch
+    if run.remaining:
+        algorithm.run_training(OffPolicyTrainerParams(
+            training_collector=training_collector, test_collector=eval_collector,
+            test_step_num_episodes=spec.eval_episodes, max_epochs=max(1, math.ceil(run.remaining / epoch)),
+            epoch_num_steps=epoch, collection_step_num_env_steps=_collection_step(training_collector, ups),
+            batch_size=batch, update_step_num_gradient_steps_per_sample=ups, training_fn=training_fn,
+            test_fn=test_fn, stop_fn=stop_fn, logger=run.monitor.logger, show_progress=False, verbose=False))
+    return run.offset + int(training_collector.collect_step)
 
 
-def _train_async(spec, monitor, policy, buffer, batch, ups, eval_collector, clock) -> int:
+def _train_async(run: _Run, buffer, batch, ups, eval_collector) -> int:
     """Collection in an actor thread (see :mod:`rlaccel_tianshou.async_training`)."""
     from rlaccel_tianshou.async_training import train_async
 
-    state = {"next_eval": spec.eval_freq, "stop": False}
+    spec = run.spec
+    state = {"next_eval": (run.offset // spec.eval_freq + 1) * spec.eval_freq, "stop": False}
     evaluate = _evaluate_fn(spec, eval_collector)
 
     def on_chunk(env_steps: int, stats) -> None:
-        if not spec.stock:
-            policy.set_eps_training(_epsilon(env_steps))
-        monitor.report(env_steps)
-        if env_steps >= state["next_eval"]:
+        run.collected(env_steps)
+        if run.env_step >= state["next_eval"]:
             state["next_eval"] += spec.eval_freq
-            mean = clock.evaluate(env_steps, evaluate)
-            monitor.evaluated(env_steps, mean)
-            state["stop"] = spec.threshold is not None and mean >= spec.threshold
+            state["stop"] = run.evaluated(run.clock.evaluate(run.env_step, evaluate))
 
-    envs = _envs(spec.env_id, buffer.buffer_num, spec.seed + 1, True)
-    return train_async(monitor.algorithm, envs, buffer, spec.steps, batch_size=batch, gradient_steps_per_sample=ups,
-                       sync_interval=spec.config.training.sync_interval, on_chunk=on_chunk,
-                       should_stop=lambda: state["stop"])
+    envs = _envs(spec.env_id, buffer.buffer_num, spec.seed + 1 + run.offset, True)
+    return run.offset + train_async(run.monitor.algorithm, envs, buffer, run.remaining, batch_size=batch,
+                                    gradient_steps_per_sample=ups, sync_interval=spec.config.training.sync_interval,
+                                    on_chunk=on_chunk, should_stop=lambda: state["stop"])

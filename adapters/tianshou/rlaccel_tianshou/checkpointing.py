@@ -1,0 +1,90 @@
+"""Crash-safe checkpoints and resume for `rlaccel train --framework tianshou`.
+
+A checkpoint holds ``algorithm.pt`` (Tianshou's ``state_dict``: networks, optimizer states and
+rlaccel's schedule), ``replay.pkl`` (the whole buffer, tiers and sampler RNG included) and
+``state.pt`` (env-step count, exploration, evaluation curve, training clock, RNG states). Env states
+are not saved: a resumed run starts fresh episodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlaccel_plugins.checkpoint import Checkpoint, CheckpointStore
+from rlaccel_plugins.training import EvalClock, TrainSpec
+
+
+class StoppedBySignal(Exception):
+    """Raised inside Tianshou's trainer loop to leave it after a signal-triggered checkpoint."""
+
+
+def buffer_digest(buffer: Any) -> str:
+    return hashlib.sha256(pickle.dumps(buffer, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+
+
+class Checkpoints:
+    """Periodic and signal-triggered checkpoints of one run, and its resume."""
+
+    def __init__(self, spec: TrainSpec, algorithm: Any, clock: EvalClock) -> None:
+        self.spec, self.algorithm, self.clock = spec, algorithm, clock
+        self.store = CheckpointStore(Path(spec.logdir) / "checkpoints", keep=spec.config.checkpoint.keep) \
+            if spec.logdir else None
+        self.every = spec.config.checkpoint.every_steps
+        self.buffer: Any = None
+        self.last: Checkpoint | None = None
+        self._next: int | None = None
+
+    def start(self, buffer: Any, env_steps: int) -> None:
+        self.buffer = buffer
+        if self.every and self.store is not None:
+            self._next = (env_steps // self.every + 1) * self.every
+
+    def resume(self) -> tuple[Any, dict[str, Any]]:
+        """Load the newest valid checkpoint: returns (buffer, saved state); restores weights, clock and RNG."""
+        checkpoint = self.store.require_latest()
+        self.algorithm.load_state_dict(torch.load(checkpoint.path / "algorithm.pt", weights_only=False))
+        with open(checkpoint.path / "replay.pkl", "rb") as f:
+            buffer = pickle.load(f)
+        state = torch.load(checkpoint.path / "state.pt", weights_only=False)
+        self.clock.restore(state["clock"])
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+        (Path(self.spec.logdir) / "resumed.json").write_text(json.dumps({
+            "checkpoint": str(checkpoint.path), "env_steps": state["env_steps"], "buffer_sha256": buffer_digest(buffer)}))
+        return buffer, state
+
+    def poll(self, env_steps: int, extra: dict[str, Any] | None = None) -> None:
+        """Call between collection steps: checkpoints when due, and on a signal checkpoints then raises."""
+        if self.store is None:
+            return
+        signal = self.spec.stop.received if self.spec.stop is not None else None
+        if signal is not None:
+            self.save(env_steps, extra)
+            raise StoppedBySignal(signal)
+        if self._next is not None and env_steps >= self._next:
+            self._next += self.every
+            self.save(env_steps, extra)
+
+    def save(self, env_steps: int, extra: dict[str, Any] | None = None) -> Checkpoint:
+        state = {"env_steps": env_steps, "clock": self.clock.state(), **(extra or {}),
+                 "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}}
+        algorithm, buffer = self.algorithm, self.buffer
+
+        def write_buffer(path: Path) -> None:
+            with open(path, "wb") as f:
+                pickle.dump(buffer, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+        self.last = self.store.save(env_steps, {
+            "algorithm.pt": lambda p: torch.save(algorithm.state_dict(), p),
+            "replay.pkl": write_buffer,
+            "state.pt": lambda p: torch.save(state, p)}, meta={"env_steps": env_steps})
+        return self.last

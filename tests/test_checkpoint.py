@@ -1,0 +1,121 @@
+"""Crash-safe checkpoints: atomic writes, damaged ones skipped, SIGTERM and SIGKILL during `rlaccel train`."""
+
+import hashlib
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlaccel_plugins.checkpoint import CheckpointStore
+from rlaccel_plugins.errors import ConfigError
+
+
+def _write(text):
+    return lambda path: Path(path).write_text(text)
+
+
+def test_damaged_or_partial_checkpoints_are_skipped_with_a_reason(tmp_path, caplog):
+    store = CheckpointStore(tmp_path, keep=10)
+    for step in (10, 20, 30, 40):
+        store.save(step, {"a.txt": _write(f"a{step}"), "b.bin": _write("b" * step)})
+    (tmp_path / "step_000000000040" / "b.bin").write_text("corrupted")          # bit rot
+    (tmp_path / "step_000000000030" / "manifest.json").unlink()                # died before the manifest
+    (tmp_path / ".tmp-step_000000000050-999").mkdir()                          # a writer killed mid-way
+    with caplog.at_level("WARNING", logger="rlaccel"):
+        assert store.latest().step == 20
+    reasons = " ".join(r.message for r in caplog.records)
+    assert "b.bin does not match its checksum" in reasons and "no readable manifest.json" in reasons
+    store.save(60, {"a.txt": _write("a60")})
+    assert not (tmp_path / ".tmp-step_000000000050-999").exists()
+
+
+def test_keep_prunes_old_checkpoints_and_an_empty_dir_explains_itself(tmp_path):
+    store = CheckpointStore(tmp_path, keep=2)
+    for step in range(5):
+        store.save(step, {"x": _write(str(step))})
+    assert [c.step for c in store.valid()] == [4, 3]
+    with pytest.raises(ConfigError, match="--resume needs a checkpoint under .* found none at all"):
+        CheckpointStore(tmp_path / "empty").require_latest()
+
+
+def _train(logdir, *extra, framework="sb3", steps=6000):
+    cmd = [sys.executable, "-m", "rlaccel_plugins.cli", "train", "--no-progress"]
+    if extra and extra[0] == "--resume":
+        return subprocess.Popen(cmd + list(extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = ["--framework", framework, "--steps", str(steps), "--eval-freq", "100000", "--logdir", str(logdir),
+            "--set", "every_steps=500", "--set", "keep=100", *extra]
+    return subprocess.Popen(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_training(process, logdir, timeout=60):
+    """Until the run's TensorBoard file exists (SB3 has started learning)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        if list(Path(logdir).rglob("events.out.tfevents.*")):
+            return
+        time.sleep(0.05)
+
+
+def _digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(pickle.dumps(pickle.load(f), protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+
+
+@pytest.mark.parametrize("framework", ["sb3", "tianshou"])
+def test_sigterm_writes_a_checkpoint_before_exit_and_resume_finishes(framework, tmp_path):
+    process = _train(tmp_path, framework=framework, steps=100_000)
+    _wait_for_training(process, tmp_path)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, out[-2000:]
+    assert "continue with: rlaccel train --resume" in out
+    latest = CheckpointStore(tmp_path / "checkpoints").latest()
+    model = "model.zip" if framework == "sb3" else "algorithm.pt"
+    assert latest is not None and (latest.path / "replay.pkl").exists() and (latest.path / model).exists()
+    assert 0 < latest.step < 100_000
+    spec = json.loads((tmp_path / "spec.json").read_text())
+    spec["steps"] = latest.step + 1_000  # a short remainder, so the test stays short
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    process = _train(tmp_path, "--resume", str(tmp_path))
+    out, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, out[-3000:]
+    resumed = json.loads((tmp_path / "resumed.json").read_text())
+    assert resumed["env_steps"] == latest.step
+    assert resumed["buffer_sha256"] == _digest(latest.path / "replay.pkl")
+    assert json.loads((tmp_path / "result.json").read_text())["env_steps"] >= latest.step + 1_000
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_sigkill_at_random_moments_then_resume_finishes_with_bit_exact_buffers(tmp_path):
+    rng = random.Random(0)
+    store = CheckpointStore(tmp_path / "checkpoints", keep=100)
+    resumed_from = []
+    for attempt in range(3):
+        process = _train(tmp_path) if store.latest() is None else _train(tmp_path, "--resume", str(tmp_path))
+        _wait_for_training(process, tmp_path)
+        time.sleep(rng.uniform(0.2, 2.0))
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=60)
+        for checkpoint in store._candidates():  # whatever the moment, no checkpoint is ever unreadable
+            assert store.problem(checkpoint) is None, checkpoint
+        if (tmp_path / "resumed.json").exists():
+            resumed_from.append(json.loads((tmp_path / "resumed.json").read_text()))
+            os.remove(tmp_path / "resumed.json")
+    assert store.latest() is not None
+    process = _train(tmp_path, "--resume", str(tmp_path))
+    out, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, out[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["env_steps"] >= 6000
+    resumed_from.append(json.loads((tmp_path / "resumed.json").read_text()))
+    for resumed in resumed_from:  # the buffer each resumed run loaded is the checkpoint's, bit for bit
+        assert resumed["buffer_sha256"] == _digest(Path(resumed["checkpoint"]) / "replay.pkl")
