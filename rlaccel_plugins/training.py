@@ -175,6 +175,21 @@ def bytes_per_transition(arrays, capacity: int) -> float | None:
     return total / capacity if capacity and total else None
 
 
+def check_env_id(env_id: str) -> None:
+    """Raise a ConfigError (with the closest ids) unless gymnasium, ale-py or envpool knows ``env_id``."""
+    import gymnasium as gym
+
+    from rlaccel_plugins.errors import ConfigError, did_you_mean
+    from rlaccel_plugins.parallel.atari import is_atari
+    from rlaccel_plugins.parallel.factory import envpool_env_ids
+
+    if env_id in gym.registry or env_id in envpool_env_ids() or is_atari(env_id):
+        return
+    known = [*gym.registry, *envpool_env_ids()]
+    hint = did_you_mean(env_id, known) or " List them with: python -c \"import gymnasium; gymnasium.pprint_registry()\""
+    raise ConfigError(f"env must be a registered gymnasium, Atari or envpool task id, got env={env_id!r}.{hint}")
+
+
 def run_training(spec: TrainSpec) -> TrainResult:
     """Run ``spec`` with the adapter of ``spec.framework`` (see ``AdapterSpec.train``)."""
     from rlaccel_plugins.plugins import get_plugin_manager
@@ -182,6 +197,11 @@ def run_training(spec: TrainSpec) -> TrainResult:
 
     from rlaccel_plugins.checkpoint import StopSignal
 
+    check_env_id(spec.env_id)
+    if spec.resume:  # fail before building anything when there is nothing to resume from
+        from rlaccel_plugins.checkpoint import CheckpointStore
+
+        CheckpointStore(Path(spec.logdir) / "checkpoints").require_latest()
     adapter = get_plugin_manager().adapters.get(spec.framework)
     if spec.logdir and not spec.resume:
         Path(spec.logdir).mkdir(parents=True, exist_ok=True)

@@ -211,6 +211,11 @@ class TieredReplay:
             if array.dtype is not dtype and array.dtype != dtype and not self._castable(array.dtype, dtype):
                 raise invalid(f"{name}.dtype", f"be castable to {dtype} (fixed by the first add)",
                               str(array.dtype), f"Convert with .astype({dtype.name!r}).")
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                bad = sorted({int(i) for i in np.argwhere(~np.isfinite(array))[:, 0]})
+                raise ConfigError(f"{name} must hold finite numbers, got NaN/Inf for envs {bad} (it would reach "
+                                  "every update that samples it). Nothing was stored. Fix the env's observations/"
+                                  "rewards, e.g. with gymnasium.wrappers.TransformObservation.")
             values[name] = array
         return values
 

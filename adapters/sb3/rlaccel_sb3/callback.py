@@ -8,6 +8,7 @@ from rlaccel_plugins.config import AccelConfig, load_config
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard
+from rlaccel_plugins.updates.precision import resolve_dtype, update_autocast
 from rlaccel_sb3.networks import critic_networks, trained_networks
 from rlaccel_sb3.weights import ImportanceWeightHook
 
@@ -59,6 +60,7 @@ class SparseDenseCallback(BaseCallback):
         batch = getattr(self.model, "batch_size", None) or 8
         networks = trained_networks(self.model, batch=min(int(batch), 256))
         self.guard = GradientGuard.from_config(self.config)
+        self._install_autocast()
         for net in networks if self.guard is not None else ():
             self.guard.attach(net.optimizer)
         if self.sparse:
@@ -100,6 +102,21 @@ class SparseDenseCallback(BaseCallback):
     def _on_training_end(self) -> None:
         self.teardown()
 
+    def _install_autocast(self) -> None:
+        """Run SB3's own ``train()`` (the update path only, not collection) under ``precision.dtype``."""
+        if resolve_dtype(self.config.precision.dtype, str(self.model.device)) == "fp32":
+            return
+        model, train = self.model, self.model.train
+        if getattr(train, "_rlaccel_autocast", False):
+            return
+
+        def train_in_precision(*args, **kwargs):
+            with update_autocast(self.config.precision.dtype, str(model.device)):
+                return train(*args, **kwargs)
+
+        train_in_precision._rlaccel_autocast = True
+        model.train = train_in_precision
+
     def state_dict(self) -> dict | None:
         """The schedule's state (phase and counters), to resume it in a new process."""
         if self.updater is not None and self.updater.attachments:
@@ -121,3 +138,5 @@ class SparseDenseCallback(BaseCallback):
             self.weights = None
         if self.guard is not None:
             self.guard.detach()
+        if self.model is not None and getattr(self.model.__dict__.get("train"), "_rlaccel_autocast", False):
+            del self.model.__dict__["train"]  # back to the class's own train()

@@ -31,6 +31,7 @@ from rlaccel_plugins.config import AccelConfig, load_config
 from rlaccel_plugins.metrics import collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard
+from rlaccel_plugins.updates.precision import update_autocast
 
 RLACCEL_STATE_KEY = "_rlaccel"
 TRACE_BATCH = 8
@@ -75,6 +76,11 @@ class _SparseDenseMixin:
             module = optimizer._module
             self.updater.attach(module, optimizer._optim, forward_fn=_forward_fn(module, obs, act),
                                 name=f"{type(module).__name__}[{i}]")
+
+    def _autocast(self):
+        """The update path under ``precision.dtype`` (bf16 autocast; fp32: nothing)."""
+        device = next(self.wrapped_algorithm.parameters()).device
+        return update_autocast(self.rlaccel_config.precision.dtype, str(device))
 
     def _preprocess_batch(self, batch, buffer, indices):
         self._last_buffer = buffer
@@ -142,7 +148,8 @@ class SparseDenseWrapper(_SparseDenseMixin, OffPolicyWrapperAlgorithm):
 
     def _update_with_batch(self, batch):
         self._ensure_attached(batch)
-        return self._stats(self.wrapped_algorithm._update_with_batch(batch))
+        with self._autocast():
+            return self._stats(self.wrapped_algorithm._update_with_batch(batch))
 
     def _wrapper_update_with_batch(self, batch, original_stats):  # required by the base; unused
         return original_stats
@@ -160,7 +167,8 @@ class SparseDenseOnPolicyWrapper(_SparseDenseMixin, OnPolicyWrapperAlgorithm):
 
     def _update_with_batch(self, batch, batch_size, repeat):
         self._ensure_attached(batch)
-        stats = self.wrapped_algorithm._update_with_batch(batch, batch_size=batch_size, repeat=repeat)
+        with self._autocast():
+            stats = self.wrapped_algorithm._update_with_batch(batch, batch_size=batch_size, repeat=repeat)
         return self._stats(stats)
 
     def _wrapper_update_with_batch(self, batch, batch_size, repeat, original_stats):
