@@ -66,6 +66,11 @@ def test_equal_samples_per_env_step():
     for ratio, batch, envs, freq in [(8, 32, 1, 4), (8, 512, 256, 1), (32, 256, 4, 64), (8, 512, 8, 1)]:
         train_freq, gradient_steps = update_cadence(ratio, batch, envs, freq)
         assert batch * gradient_steps / (train_freq * envs) == pytest.approx(ratio)
+    # atari-fps holds RL Zoo's 8 samples per env step (batch 32 every 4 steps) for the rlaccel variant too
+    (task,) = get_suite("atari-fps", frameworks=("sb3",))
+    accelerated = next(v for v in task.variants if v.role == "accelerated")
+    config = variant_config(accelerated)
+    assert config.training.replay_ratio == 8.0 and task.fixed_steps
 
 
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")

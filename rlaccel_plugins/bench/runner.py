@@ -35,8 +35,6 @@ def run_one(task: Task, variant: Variant, seed: int, torch_threads: int | None =
     steps = variant.steps or task.steps
     config = variant_config(variant)
     hyperparams = dict(variant.hyperparams)
-    if task.samples_per_env_step and variant.framework == "sb3":
-        hyperparams.update(_equal_samples(task, variant, config))
     spec = TrainSpec(framework=variant.framework, algo=variant.algo, env_id=task.env_id,
                      config=config, steps=steps, seed=seed, stock=variant.stock,
                      eval_freq=task.eval_freq, progress=False, hyperparams=hyperparams,
@@ -55,23 +53,6 @@ def run_one(task: Task, variant: Variant, seed: int, torch_threads: int | None =
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "wall_seconds": time.perf_counter() - started,
             "curve": [asdict(p) for p in result.curve], "stats": result.stats}
-
-
-def _equal_samples(task: Task, variant: Variant, config) -> dict[str, Any]:
-    """SB3 ``train_freq``/``gradient_steps`` that draw ``task.samples_per_env_step`` samples per env step.
-
-    samples per env step = batch_size * gradient_steps / (train_freq * n_envs).
-    """
-    from rlaccel_plugins.hardware import resolve_auto
-
-    if variant.stock:
-        return {}  # the yardstick defines the rate (RL Zoo: 32 * 1 / (4 * 1) = 8 for Atari DQN)
-    n_envs, batch = resolve_auto(config).parallel_envs, config.training.batch_size
-    gradient_steps = task.samples_per_env_step * n_envs / batch
-    train_freq = 1
-    while gradient_steps < 1 or abs(gradient_steps - round(gradient_steps)) > 1e-9:
-        train_freq, gradient_steps = train_freq * 2, gradient_steps * 2
-    return {"train_freq": train_freq, "gradient_steps": int(round(gradient_steps))}
 
 
 def run_isolated(task: Task, variant: Variant, seed: int, torch_threads: int | None = None) -> dict[str, Any]:

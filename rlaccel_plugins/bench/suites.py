@@ -34,7 +34,6 @@ class Task:
     eval_freq: int
     variants: tuple[Variant, ...]
     fixed_steps: bool = False         # throughput suites: run the whole budget, no early stop
-    samples_per_env_step: float | None = None  # hold replay samples drawn per env step equal across variants
 
 
 STOCK_SB3 = Variant("sb3 stock (RL Zoo)", "sb3", stock=True, role="yardstick")
@@ -95,8 +94,8 @@ SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
     "atari-fps": ("Pong DQN, whole training loop for a fixed budget: agent steps/s at equal samples per env step", (
         Task("Pong-v5", 20_000, 10_000_000, (
             replace(STOCK_SB3, hyperparams={"learning_starts": 1_000}),
-            replace(accelerated("sb3", "atari"), hyperparams={"learning_starts": 1_000})),
-             fixed_steps=True, samples_per_env_step=8.0),)),
+            replace(accelerated("sb3", "atari"), overrides={"replay_ratio": 8.0},
+                    hyperparams={"learning_starts": 1_000})), fixed_steps=True),)),
 }
 
 
