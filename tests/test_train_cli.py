@@ -104,7 +104,11 @@ def test_pong_command_starts_trains_logs_and_checkpoints(tmp_path, capsys):
             "--steps", "640", "--eval-freq", "100000", "--no-progress", "--logdir", str(tmp_path),
             "--set", "parallel_envs=8", "--set", "every_steps=320", "--hp", "learning_starts=0"]
     assert main(args) == 0
-    assert (tmp_path / "model.zip").exists() and list((tmp_path / "checkpoints").glob("model_*_steps.zip"))
+    assert (tmp_path / "model.zip").exists()
+    from rlaccel_plugins.checkpoint import CheckpointStore
+
+    checkpoints = CheckpointStore(tmp_path / "checkpoints").valid()
+    assert [c.step for c in checkpoints][-1] == 320 and (checkpoints[0].path / "replay.pkl").exists()
     assert list(tmp_path.glob("DQN_*/events.out.tfevents.*"))  # TensorBoard
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["env_steps"] >= 640 and result["stats"]["full_updates"] >= 1
