@@ -43,6 +43,7 @@ class ActorMode(torch.nn.Module):
         self.discrete = isinstance(space, spaces.Discrete)
         self.bound = getattr(policy, "action_bound_method", None)
         self.scaling = bool(getattr(policy, "action_scaling", False))
+        self.squash = type(policy).__name__.startswith(("SAC", "REDQ"))  # these tanh-squash in forward()
         if not self.discrete:
             self.register_buffer("low", torch.as_tensor(space.low, dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(space.high, dtype=torch.float32))
@@ -53,6 +54,8 @@ class ActorMode(torch.nn.Module):
         if self.discrete:
             return head.argmax(dim=-1)
         action = head[0] if isinstance(head, tuple) else head  # (mu, sigma) -> mu
+        if self.squash:
+            action = torch.tanh(action)
         if self.bound == "clip":
             action = action.clamp(-1.0, 1.0)
         elif self.bound == "tanh":
