@@ -138,5 +138,6 @@ class SparseDenseCallback(BaseCallback):
             self.weights = None
         if self.guard is not None:
             self.guard.detach()
-        if self.model is not None and getattr(self.model.__dict__.get("train"), "_rlaccel_autocast", False):
-            del self.model.__dict__["train"]  # back to the class's own train()
+        model = getattr(self, "model", None)  # unset until the callback is first initialised
+        if model is not None and getattr(model.__dict__.get("train"), "_rlaccel_autocast", False):
+            del model.__dict__["train"]  # back to the class's own train()
