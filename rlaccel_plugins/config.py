@@ -216,12 +216,14 @@ class PrecisionConfig:
     dtype: str = "fp32"
     max_grad_norm: float | None = None
     skip_nonfinite: bool = True
+    restore_last_good: bool = False  # weights made non-finite by a step -> back to the last good ones
 
     def __post_init__(self) -> None:
         _choice("dtype", self.dtype, PRECISIONS)
         if self.max_grad_norm is not None:
             _float("max_grad_norm", self.max_grad_norm, positive=True)
         _bool("skip_nonfinite", self.skip_nonfinite)
+        _bool("restore_last_good", self.restore_last_good)
 
 
 SECTIONS: dict[str, type] = {

@@ -38,7 +38,7 @@ def test_guard_skips_non_finite_steps_and_clips_the_rest():
         moved = any(not torch.equal(b, p) for b, p in zip(before, net.parameters()))
         assert moved == (step != 2)
         assert all(torch.isfinite(p).all() for p in net.parameters())
-    assert guard.stats == {"skipped_steps": 1, "clipped_steps": 5, "guarded_steps": 6}
+    assert guard.stats == {"skipped_steps": 1, "clipped_steps": 5, "guarded_steps": 6, "restored_steps": 0}
     assert opt.state_dict()["state"][0]["step"] == 5  # Adam's state never saw the bad step
     guard.detach()
     assert "step" not in opt.__dict__
@@ -106,3 +106,16 @@ def test_tianshou_training_survives_injected_nans():
     assert algorithm.guard.stats["skipped_steps"] == 2
     assert all(torch.isfinite(p).all() for p in net.parameters())
     assert stats.rlaccel_skipped_steps == 2.0
+
+
+def test_restore_last_good_undoes_a_step_that_made_the_weights_non_finite():
+    net = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=1e38)  # finite gradients, but an update that overflows
+    guard = GradientGuard(restore_last_good=True)
+    guard.attach(opt)
+    before = [p.detach().clone() for p in net.parameters()]
+    net(torch.full((1, 2), 1e3)).sum().backward()
+    opt.step()
+    assert guard.stats["restored_steps"] == 1 and guard.stats["skipped_steps"] == 0
+    assert all(torch.equal(b, p) for b, p in zip(before, net.parameters()))
+    assert GradientGuard.from_config(rla.load_config(skip_nonfinite=False, restore_last_good=True)) is not None

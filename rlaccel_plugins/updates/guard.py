@@ -1,5 +1,7 @@
-"""Gradient safety on any torch optimizer: clip the gradient norm, and skip a step whose gradients
-are not finite instead of writing NaN/Inf into the weights (SEED.md §4).
+"""Gradient safety on any torch optimizer: clip the gradient norm, skip a step whose gradients are not
+finite instead of writing NaN/Inf into the weights, and optionally (``restore_last_good``) undo a step
+that made the weights non-finite anyway (SEED.md §4). The restore option copies the weights and the
+optimizer state before every step, so it costs memory and time: meant for debugging unstable runs.
 
 A NaN or Inf loss makes every gradient non-finite, so checking the gradient norm catches both.
 
@@ -31,19 +33,21 @@ class GradientGuard:
     """Wraps ``optimizer.step`` of attached optimizers: clip to ``max_grad_norm`` (None: no clipping),
     and with ``skip_nonfinite`` drop steps whose gradient norm is NaN/Inf (counted and logged)."""
 
-    def __init__(self, max_grad_norm: float | None = None, skip_nonfinite: bool = True) -> None:
+    def __init__(self, max_grad_norm: float | None = None, skip_nonfinite: bool = True,
+                 restore_last_good: bool = False) -> None:
         self.max_grad_norm = max_grad_norm
         self.skip_nonfinite = skip_nonfinite
-        self.stats = {"skipped_steps": 0, "clipped_steps": 0, "guarded_steps": 0}
+        self.restore_last_good = restore_last_good
+        self.stats = {"skipped_steps": 0, "clipped_steps": 0, "guarded_steps": 0, "restored_steps": 0}
         self._originals: dict[int, tuple[Any, Any]] = {}
 
     @classmethod
     def from_config(cls, config) -> GradientGuard | None:
         """The guard a config asks for, or None when it asks for nothing."""
         precision = config.precision
-        if precision.max_grad_norm is None and not precision.skip_nonfinite:
+        if precision.max_grad_norm is None and not precision.skip_nonfinite and not precision.restore_last_good:
             return None
-        return cls(precision.max_grad_norm, precision.skip_nonfinite)
+        return cls(precision.max_grad_norm, precision.skip_nonfinite, precision.restore_last_good)
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         if id(optimizer) in self._originals:
@@ -51,9 +55,18 @@ class GradientGuard:
         original = optimizer.step
 
         def guarded_step(*args: Any, **kwargs: Any):
-            if self._allow(optimizer):
+            if not self._allow(optimizer):
+                return None
+            if not self.restore_last_good:
                 return original(*args, **kwargs)
-            return None
+            saved = _snapshot(optimizer)  # the weights and optimizer state before this step
+            result = original(*args, **kwargs)
+            if not all(torch.isfinite(p).all() for group in optimizer.param_groups for p in group["params"]):
+                _restore(optimizer, saved)
+                self.stats["restored_steps"] += 1
+                log.warning("rlaccel: a step made the weights non-finite; restored the last good weights "
+                            "(%d restored so far)", self.stats["restored_steps"])
+            return result
 
         self._originals[id(optimizer)] = (optimizer, original)
         optimizer.step = guarded_step
@@ -80,3 +93,18 @@ class GradientGuard:
         if norm > limit:
             self.stats["clipped_steps"] += 1
         return True
+
+
+def _snapshot(optimizer: torch.optim.Optimizer) -> tuple[list[torch.Tensor], dict]:
+    import copy
+
+    params = [p.detach().clone() for group in optimizer.param_groups for p in group["params"]]
+    return params, copy.deepcopy(optimizer.state_dict())
+
+
+def _restore(optimizer: torch.optim.Optimizer, saved: tuple[list[torch.Tensor], dict]) -> None:
+    params, state = saved
+    with torch.no_grad():
+        for p, old in zip((p for group in optimizer.param_groups for p in group["params"]), params):
+            p.copy_(old)
+    optimizer.load_state_dict(state)
