@@ -89,3 +89,16 @@ def test_bench_command_writes_results_table_and_plots(tmp_path, capsys):
     assert "| variant | reached |" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
     assert "written:" in capsys.readouterr().out
+
+
+def test_classic_suite_skips_tasks_whose_dependencies_are_missing():
+    tasks = {t.env_id: t for t in get_suite("classic")}
+    assert set(tasks) == {"CartPole-v1", "Acrobot-v1", "LunarLander-v3"}
+    assert tasks["CartPole-v1"].missing() is None and tasks["Acrobot-v1"].missing() is None
+    import importlib.util
+
+    if importlib.util.find_spec("Box2D") is None:
+        assert "gymnasium[box2d]" in tasks["LunarLander-v3"].missing()
+    from rlaccel_sb3.train import zoo_settings
+
+    assert zoo_settings("dqn", "Acrobot-v1")["target_update_interval"] == 250  # RL Zoo's, not SB3's defaults

@@ -115,6 +115,10 @@ def run_bench(suite: str, seeds: int = 5, frameworks: tuple[str, ...] = ("sb3", 
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise invalid("seeds", "be a positive integer", seeds)
     tasks = get_suite(suite, frameworks, ablate, preset)
+    for task in tasks:
+        if task.missing():
+            print(f"skipping {task.env_id}: {task.missing()}", flush=True)
+    tasks = tuple(task for task in tasks if not task.missing())
     if steps is not None:
         tasks = tuple(replace(t, steps=steps, variants=tuple(replace(v, steps=None) for v in t.variants))
                       for t in tasks)
