@@ -146,6 +146,35 @@ class CheckpointStore:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
+def buffer_digest(buffer) -> str:
+    """SHA-256 of a replay buffer's pickled state (equal digests: bit-identical contents)."""
+    import pickle
+
+    return hashlib.sha256(pickle.dumps(buffer, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+
+
+def rng_state() -> dict:
+    """The global RNG states a resumed run needs: torch, numpy and Python's ``random``."""
+    import random
+
+    import numpy as np
+    import torch
+
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def restore_rng(state: dict) -> None:
+    """Restore what :func:`rng_state` returned."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
 class StopSignal:
     """Turns SIGTERM/SIGINT into a flag the training loop polls, so it can checkpoint and stop cleanly.
 

@@ -8,27 +8,19 @@ saved: a resumed run starts fresh episodes.
 
 from __future__ import annotations
 
-import hashlib
-import pickle
-import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlaccel_plugins.checkpoint import CheckpointStore
+from rlaccel_plugins.checkpoint import CheckpointStore, restore_rng, rng_state
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
 def store_for(spec: TrainSpec) -> CheckpointStore:
     return CheckpointStore(Path(spec.logdir) / "checkpoints", keep=spec.config.checkpoint.keep)
 
-
-def buffer_digest(buffer: Any) -> str:
-    """SHA-256 of a replay buffer's pickled state (equal digests: bit-identical contents)."""
-    return hashlib.sha256(pickle.dumps(buffer, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
 
 
 class CheckpointCallback(BaseCallback):
@@ -59,7 +51,7 @@ class CheckpointCallback(BaseCallback):
     def save(self):
         model = self.model
         state = {"clock": self.clock.state(), "sparse": self.sparse.state_dict() if self.sparse else None,
-                 "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}}
+                 "rng": rng_state()}
         writers = {"model.zip": lambda p: model.save(p),
                    "state.pt": lambda p: torch.save(state, p)}
         if getattr(model, "replay_buffer", None) is not None:
@@ -78,8 +70,6 @@ def resume(spec: TrainSpec, cls, env, clock: EvalClock, sparse: Any = None):
     clock.restore(state["clock"])
     if sparse is not None and state["sparse"] is not None:
         sparse.load_state_dict(state["sparse"])
-    torch.set_rng_state(state["rng"]["torch"])
-    np.random.set_state(state["rng"]["numpy"])
-    random.setstate(state["rng"]["python"])
+    restore_rng(state["rng"])
     model._last_obs = None  # the env is new: start fresh episodes
     return model, checkpoint

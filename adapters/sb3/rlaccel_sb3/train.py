@@ -201,7 +201,8 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     With ``spec.logdir``: checkpoints every ``checkpoint.every_steps`` and on SIGTERM/SIGINT;
     ``spec.resume`` continues from the newest valid checkpoint there.
     """
-    from rlaccel_sb3.checkpointing import CheckpointCallback, buffer_digest, resume
+    from rlaccel_plugins.checkpoint import buffer_digest
+    from rlaccel_sb3.checkpointing import CheckpointCallback, resume
 
     model, callbacks = build(spec)
     sparse = next((c for c in callbacks if isinstance(c, SparseDenseCallback)), None)

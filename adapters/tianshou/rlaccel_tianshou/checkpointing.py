@@ -8,26 +8,20 @@ are not saved: a resumed run starts fresh episodes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pickle
-import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from rlaccel_plugins.checkpoint import Checkpoint, CheckpointStore
+from rlaccel_plugins.checkpoint import Checkpoint, CheckpointStore, buffer_digest, restore_rng, rng_state
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
 class StoppedBySignal(Exception):
     """Raised inside Tianshou's trainer loop to leave it after a signal-triggered checkpoint."""
 
-
-def buffer_digest(buffer: Any) -> str:
-    return hashlib.sha256(pickle.dumps(buffer, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
 
 
 class Checkpoints:
@@ -55,9 +49,7 @@ class Checkpoints:
             buffer = pickle.load(f)
         state = torch.load(checkpoint.path / "state.pt", weights_only=False)
         self.clock.restore(state["clock"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        restore_rng(state["rng"])
         (Path(self.spec.logdir) / "resumed.json").write_text(json.dumps({
             "checkpoint": str(checkpoint.path), "env_steps": state["env_steps"], "buffer_sha256": buffer_digest(buffer)}))
         return buffer, state
@@ -76,7 +68,7 @@ class Checkpoints:
 
     def save(self, env_steps: int, extra: dict[str, Any] | None = None) -> Checkpoint:
         state = {"env_steps": env_steps, "clock": self.clock.state(), **(extra or {}),
-                 "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}}
+                 "rng": rng_state()}
         algorithm, buffer = self.algorithm, self.buffer
 
         def write_buffer(path: Path) -> None:
