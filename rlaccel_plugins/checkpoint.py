@@ -146,6 +146,46 @@ class CheckpointStore:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
+class CheckpointSchedule:
+    """When a training loop should checkpoint: every ``every`` env steps (0: never), and at once when
+    ``stop`` (a :class:`StopSignal`, or None) has received a signal — after which the loop stops.
+
+    Examples:
+        >>> schedule = CheckpointSchedule(every=100)
+        >>> schedule.start(env_steps=250)
+        >>> [schedule.due(s) for s in (260, 300, 350, 400)]
+        [None, 'periodic', None, 'periodic']
+    """
+
+    def __init__(self, every: int, stop: StopSignal | None = None) -> None:
+        self.every, self.stop = every, stop
+        self._next: int | None = None
+
+    def start(self, env_steps: int) -> None:
+        """Begin (or resume) at ``env_steps``: the next periodic checkpoint is the next multiple of ``every``."""
+        self._next = (env_steps // self.every + 1) * self.every if self.every else None
+
+    def due(self, env_steps: int) -> str | None:
+        """``"signal"``, ``"periodic"`` or None; a periodic answer moves the next one on."""
+        if self.stop is not None and self.stop.received is not None:
+            return "signal"
+        if self._next is not None and env_steps >= self._next:
+            self._next += self.every
+            return "periodic"
+        return None
+
+
+def store_for(spec) -> CheckpointStore:
+    """The checkpoint store of a ``TrainSpec`` with a logdir: ``<logdir>/checkpoints``, keeping ``keep``."""
+    return CheckpointStore(Path(spec.logdir) / "checkpoints", keep=spec.config.checkpoint.keep)
+
+
+def note_resume(logdir: str | os.PathLike, checkpoint: Checkpoint, env_steps: int, buffer) -> None:
+    """Write ``<logdir>/resumed.json``: which checkpoint a run resumed from, and its buffer's digest."""
+    (Path(logdir) / "resumed.json").write_text(json.dumps({
+        "checkpoint": str(checkpoint.path), "env_steps": env_steps, "buffer_sha256": buffer_digest(buffer)}))
+
+
 def buffer_digest(buffer) -> str:
     """SHA-256 of a replay buffer's pickled state (equal digests: bit-identical contents)."""
     import pickle

@@ -8,18 +8,15 @@ saved: a resumed run starts fresh episodes.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlaccel_plugins.checkpoint import CheckpointStore, restore_rng, rng_state
+from rlaccel_plugins.checkpoint import CheckpointSchedule, restore_rng, rng_state, store_for
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
-def store_for(spec: TrainSpec) -> CheckpointStore:
-    return CheckpointStore(Path(spec.logdir) / "checkpoints", keep=spec.config.checkpoint.keep)
 
 
 
@@ -30,23 +27,17 @@ class CheckpointCallback(BaseCallback):
         super().__init__()
         self.spec, self.clock, self.sparse = spec, clock, sparse
         self.store = store_for(spec)
-        self.every = spec.config.checkpoint.every_steps
+        self.schedule = CheckpointSchedule(spec.config.checkpoint.every_steps, spec.stop)
         self.last = None
-        self._next = None
 
     def _on_training_start(self) -> None:
-        if self.every:
-            self._next = (self.num_timesteps // self.every + 1) * self.every
+        self.schedule.start(self.num_timesteps)
 
     def _on_step(self) -> bool:
-        signal = self.spec.stop.received if self.spec.stop is not None else None
-        if signal is not None:
+        due = self.schedule.due(self.num_timesteps)
+        if due is not None:
             self.save()
-            return False
-        if self._next is not None and self.num_timesteps >= self._next:
-            self._next += self.every
-            self.save()
-        return True
+        return due != "signal"
 
     def save(self):
         model = self.model

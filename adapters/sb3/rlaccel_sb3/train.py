@@ -12,7 +12,6 @@ step), which then sets the gradient steps per update.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +200,7 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     With ``spec.logdir``: checkpoints every ``checkpoint.every_steps`` and on SIGTERM/SIGINT;
     ``spec.resume`` continues from the newest valid checkpoint there.
     """
-    from rlaccel_plugins.checkpoint import buffer_digest
+    from rlaccel_plugins.checkpoint import note_resume
     from rlaccel_sb3.checkpointing import CheckpointCallback, resume
 
     model, callbacks = build(spec)
@@ -210,10 +209,8 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     resumed = None
     if spec.resume:
         model, resumed = resume(spec, type(model), model.get_env(), clock, sparse)
-        if spec.logdir and getattr(model, "replay_buffer", None) is not None:
-            (Path(spec.logdir) / "resumed.json").write_text(json.dumps({
-                "checkpoint": str(resumed.path), "env_steps": model.num_timesteps,
-                "buffer_sha256": buffer_digest(model.replay_buffer)}))
+        if getattr(model, "replay_buffer", None) is not None:
+            note_resume(spec.logdir, resumed, model.num_timesteps, model.replay_buffer)
     checkpoints = CheckpointCallback(spec, clock, sparse) if spec.logdir else None
     evaluation = _EvalAndProgress(spec, progress, clock, sparse)
     callback = CallbackList([*callbacks, evaluation, *([checkpoints] if checkpoints else [])])

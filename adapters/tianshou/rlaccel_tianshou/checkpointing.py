@@ -8,14 +8,13 @@ are not saved: a resumed run starts fresh episodes.
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rlaccel_plugins.checkpoint import Checkpoint, CheckpointStore, buffer_digest, restore_rng, rng_state
+from rlaccel_plugins.checkpoint import Checkpoint, CheckpointSchedule, note_resume, restore_rng, rng_state, store_for
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
@@ -29,17 +28,14 @@ class Checkpoints:
 
     def __init__(self, spec: TrainSpec, algorithm: Any, clock: EvalClock) -> None:
         self.spec, self.algorithm, self.clock = spec, algorithm, clock
-        self.store = CheckpointStore(Path(spec.logdir) / "checkpoints", keep=spec.config.checkpoint.keep) \
-            if spec.logdir else None
-        self.every = spec.config.checkpoint.every_steps
+        self.store = store_for(spec) if spec.logdir else None
+        self.schedule = CheckpointSchedule(spec.config.checkpoint.every_steps, spec.stop)
         self.buffer: Any = None
         self.last: Checkpoint | None = None
-        self._next: int | None = None
 
     def start(self, buffer: Any, env_steps: int) -> None:
         self.buffer = buffer
-        if self.every and self.store is not None:
-            self._next = (env_steps // self.every + 1) * self.every
+        self.schedule.start(env_steps)
 
     def resume(self) -> tuple[Any, dict[str, Any]]:
         """Load the newest valid checkpoint: returns (buffer, saved state); restores weights, clock and RNG."""
@@ -50,21 +46,18 @@ class Checkpoints:
         state = torch.load(checkpoint.path / "state.pt", weights_only=False)
         self.clock.restore(state["clock"])
         restore_rng(state["rng"])
-        (Path(self.spec.logdir) / "resumed.json").write_text(json.dumps({
-            "checkpoint": str(checkpoint.path), "env_steps": state["env_steps"], "buffer_sha256": buffer_digest(buffer)}))
+        note_resume(self.spec.logdir, checkpoint, state["env_steps"], buffer)
         return buffer, state
 
     def poll(self, env_steps: int, extra: dict[str, Any] | None = None) -> None:
         """Call between collection steps: checkpoints when due, and on a signal checkpoints then raises."""
         if self.store is None:
             return
-        signal = self.spec.stop.received if self.spec.stop is not None else None
-        if signal is not None:
+        due = self.schedule.due(env_steps)
+        if due is not None:
             self.save(env_steps, extra)
-            raise StoppedBySignal(signal)
-        if self._next is not None and env_steps >= self._next:
-            self._next += self.every
-            self.save(env_steps, extra)
+        if due == "signal":
+            raise StoppedBySignal(self.spec.stop.received)
 
     def save(self, env_steps: int, extra: dict[str, Any] | None = None) -> Checkpoint:
         state = {"env_steps": env_steps, "clock": self.clock.state(), **(extra or {}),
