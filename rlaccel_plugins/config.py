@@ -224,6 +224,9 @@ class PrecisionConfig:
             _float("max_grad_norm", self.max_grad_norm, positive=True)
         _bool("skip_nonfinite", self.skip_nonfinite)
         _bool("restore_last_good", self.restore_last_good)
+        if self.dtype == "fp16" and not self.skip_nonfinite:
+            raise ConfigError("skip_nonfinite must be true with dtype='fp16', got skip_nonfinite=False: loss "
+                              "scaling skips the steps that overflow. Fix: drop skip_nonfinite, or use dtype: bf16.")
 
 
 SECTIONS: dict[str, type] = {

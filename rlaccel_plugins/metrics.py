@@ -45,4 +45,6 @@ def collect_metrics(updater: Any = None, replay: Any = None, fps: float | None =
     if guard is not None:
         out[PREFIX + "skipped_steps"] = guard.stats["skipped_steps"]
         out[PREFIX + "clipped_steps"] = guard.stats["clipped_steps"]
+        if "loss_scale" in guard.stats:
+            out[PREFIX + "loss_scale"] = guard.stats["loss_scale"]
     return out

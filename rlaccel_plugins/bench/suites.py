@@ -86,11 +86,20 @@ def _classic(env_id: str, steps: int, eval_freq: int = 1_000, requires: str | No
     return Task(env_id, steps, eval_freq, variants, requires=requires)
 
 
+def _in_precision(framework: str, dtype: str, preset: str = "classic_control") -> Variant:
+    base = accelerated(framework, preset)
+    role = "yardstick" if (framework, dtype) == ("sb3", "fp32") else "accelerated"
+    return replace(base, name=f"{base.name} {dtype}", overrides={**base.overrides, "dtype": dtype}, role=role)
+
+
 SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
     "quick": ("CartPole-v1 DQN, SB3 and Tianshou (about 10 minutes on 2 cores with 5 seeds)", (
         Task("CartPole-v1", 100_000, 1_000, (
             STOCK_SB3, accelerated("sb3", "classic_control"), accelerated("tianshou", "classic_control"),
             replace(STOCK_TIANSHOU, steps=40_000), PPO_SB3)),)),
+    "precision": ("CartPole-v1 DQN with the update path in fp32, bf16 and fp16 (loss-scaled): same results?", (
+        Task("CartPole-v1", 60_000, 1_000, tuple(
+            _in_precision(fw, dtype) for fw in ("sb3", "tianshou") for dtype in ("fp32", "bf16", "fp16"))),)),
     # MinAtar Breakout is not in it yet: minatar is not installable here to test its registration
     "classic": ("CartPole, Acrobot, LunarLander-v3 (if Box2D is installed) with DQN", (
         _classic("CartPole-v1", 100_000),
@@ -127,7 +136,8 @@ def get_suite(name: str, frameworks: tuple[str, ...] = ("sb3", "tianshou"), abla
             from rlaccel_plugins.presets import get_preset
 
             get_preset(preset)  # unknown names fail here, with a suggestion
-            variants = [accelerated(v.framework, preset) if v.role == "accelerated" else v for v in variants]
+            variants = [v if v.stock else _in_precision(v.framework, v.overrides["dtype"], preset)
+                        if "dtype" in v.overrides else accelerated(v.framework, preset) for v in variants]
         if ablate:
             base = preset or next((v.preset for v in task.variants if v.role == "accelerated"), "default")
             variants += [a for fw in frameworks for a in ablations(fw, base)]

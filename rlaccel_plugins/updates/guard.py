@@ -2,6 +2,8 @@
 finite instead of writing NaN/Inf into the weights, and optionally (``restore_last_good``) undo a step
 that made the weights non-finite anyway (SEED.md §4). The restore option copies the weights and the
 optimizer state before every step, so it costs memory and time: meant for debugging unstable runs.
+With fp16 updates the guard also owns the :class:`~rlaccel_plugins.updates.loss_scale.LossScaler`:
+an overflowing step is skipped and the scale backed off, as ``GradScaler`` does.
 
 A NaN or Inf loss makes every gradient non-finite, so checking the gradient norm catches both.
 
@@ -26,6 +28,8 @@ from typing import Any
 
 import torch
 
+from rlaccel_plugins.updates.loss_scale import LossScaler
+
 log = logging.getLogger("rlaccel")
 
 
@@ -34,20 +38,25 @@ class GradientGuard:
     and with ``skip_nonfinite`` drop steps whose gradient norm is NaN/Inf (counted and logged)."""
 
     def __init__(self, max_grad_norm: float | None = None, skip_nonfinite: bool = True,
-                 restore_last_good: bool = False) -> None:
+                 restore_last_good: bool = False, loss_scaler: LossScaler | None = None) -> None:
         self.max_grad_norm = max_grad_norm
-        self.skip_nonfinite = skip_nonfinite
+        self.skip_nonfinite = skip_nonfinite or loss_scaler is not None
         self.restore_last_good = restore_last_good
+        self.loss_scaler = loss_scaler
         self.stats = {"skipped_steps": 0, "clipped_steps": 0, "guarded_steps": 0, "restored_steps": 0}
         self._originals: dict[int, tuple[Any, Any]] = {}
 
     @classmethod
-    def from_config(cls, config) -> GradientGuard | None:
-        """The guard a config asks for, or None when it asks for nothing."""
+    def from_config(cls, config, device: str = "cpu") -> GradientGuard | None:
+        """The guard a config asks for on ``device``, or None when it asks for nothing."""
+        from rlaccel_plugins.updates.precision import resolve_dtype
+
         precision = config.precision
-        if precision.max_grad_norm is None and not precision.skip_nonfinite and not precision.restore_last_good:
+        scaler = LossScaler() if resolve_dtype(precision.dtype, device) == "fp16" else None
+        if precision.max_grad_norm is None and not precision.skip_nonfinite and not precision.restore_last_good \
+                and scaler is None:
             return None
-        return cls(precision.max_grad_norm, precision.skip_nonfinite, precision.restore_last_good)
+        return cls(precision.max_grad_norm, precision.skip_nonfinite, precision.restore_last_good, scaler)
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         if id(optimizer) in self._originals:
@@ -83,12 +92,18 @@ class GradientGuard:
         self.stats["guarded_steps"] += 1
         limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
         norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
-        if self.skip_nonfinite and not math.isfinite(norm):
+        finite = math.isfinite(norm)
+        if self.loss_scaler is not None:
+            self.loss_scaler.update(finite)
+            self.stats["loss_scale"] = self.loss_scaler.scale
+        if self.skip_nonfinite and not finite:
             for p in params:
                 p.grad = None
             self.stats["skipped_steps"] += 1
-            log.warning("rlaccel: skipped an optimizer step with a non-finite gradient norm (%s); "
-                        "%d skipped so far", norm, self.stats["skipped_steps"])
+            # with fp16 an overflow now and then is how the loss scale finds its level, not a fault
+            log.log(logging.DEBUG if self.loss_scaler is not None else logging.WARNING,
+                    "rlaccel: skipped an optimizer step with a non-finite gradient norm (%s); %d skipped so far",
+                    norm, self.stats["skipped_steps"])
             return False
         if norm > limit:
             self.stats["clipped_steps"] += 1

@@ -1,10 +1,10 @@
 """Mixed precision on the update path: ``precision.dtype`` -> an autocast context.
 
-``bf16`` autocasts the forward passes of a gradient step (CPU and CUDA); parameters, gradients and
-optimizer states stay fp32, so no loss scaling is needed. ``fp16`` needs a ``GradScaler`` around the
-framework's own ``loss.backward()``, which rlaccel cannot insert into SB3's or Tianshou's update code,
-so it is refused with a clear error rather than run unscaled. ``auto``: bf16 on a CUDA GPU that
-supports it, fp32 elsewhere (CPU bf16 autocast is slower than fp32 on CPUs without bf16 units).
+``bf16`` and ``fp16`` autocast the forward passes of a gradient step (CPU and CUDA); parameters,
+gradients and optimizer states stay fp32. ``fp16`` also needs loss scaling (its gradients underflow):
+the gradient guard (:class:`~rlaccel_plugins.updates.guard.GradientGuard`) owns a :class:`~rlaccel_plugins.updates.loss_scale.LossScaler`, applied inside the framework's own
+``loss.backward()``. ``auto``: bf16 on a CUDA GPU that supports it, fp16 on an older GPU, fp32 on CPU
+(CPU autocast is slower than fp32 on CPUs without bf16/fp16 units).
 
 Examples:
     >>> import torch
@@ -28,21 +28,27 @@ def resolve_dtype(dtype: str, device: str) -> str:
     if dtype == "auto":
         from rlaccel_plugins.hardware import _auto_precision
 
-        dtype = _auto_precision(device)
-        return "bf16" if dtype == "fp16" else dtype  # fp16 needs a loss scaler we cannot insert
-    if dtype == "fp16":
-        raise ConfigError("dtype must be fp32, bf16 or auto for rlaccel's update path, got dtype='fp16': fp16 "
-                          "needs a GradScaler around the framework's own loss.backward(), which rlaccel cannot "
-                          "insert. Fix: use dtype: bf16 (no loss scaling needed).")
+        return _auto_precision(device)
     return dtype
 
 
-def update_autocast(dtype: str, device: str = "cpu"):
-    """A context manager that runs the enclosed forward passes in ``dtype`` (fp32: does nothing)."""
+def update_autocast(dtype: str, device: str = "cpu", guard=None):
+    """A context manager that runs the enclosed update in ``dtype`` (fp32: does nothing). fp16 needs
+    ``guard``, a :class:`~rlaccel_plugins.updates.guard.GradientGuard` with a loss scaler
+    (``GradientGuard.from_config(config, device)`` makes one)."""
     import torch
 
     dtype = resolve_dtype(dtype, device)
     if dtype == "fp32":
         return contextlib.nullcontext()
     device_type = "cuda" if str(device).startswith("cuda") else "cpu"
-    return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+    autocast = torch.autocast(device_type=device_type, dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
+    if dtype == "bf16":
+        return autocast
+    if guard is None or guard.loss_scaler is None:
+        raise ConfigError("dtype='fp16' needs loss scaling: pass the GradientGuard made by "
+                          "GradientGuard.from_config(config, device) as guard=. Fix: or use dtype: bf16.")
+    stack = contextlib.ExitStack()
+    stack.enter_context(autocast)
+    stack.enter_context(guard.loss_scaler.scaling())
+    return stack

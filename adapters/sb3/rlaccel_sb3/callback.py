@@ -59,7 +59,7 @@ class SparseDenseCallback(BaseCallback):
         self.teardown()  # a previous learn() that never reached its end
         batch = getattr(self.model, "batch_size", None) or 8
         networks = trained_networks(self.model, batch=min(int(batch), 256))
-        self.guard = GradientGuard.from_config(self.config)
+        self.guard = GradientGuard.from_config(self.config, str(self.model.device))
         self._install_autocast()
         for net in networks if self.guard is not None else ():
             self.guard.attach(net.optimizer)
@@ -111,7 +111,7 @@ class SparseDenseCallback(BaseCallback):
             return
 
         def train_in_precision(*args, **kwargs):
-            with update_autocast(self.config.precision.dtype, str(model.device)):
+            with update_autocast(self.config.precision.dtype, str(model.device), self.guard):
                 return train(*args, **kwargs)
 
         train_in_precision._rlaccel_autocast = True

@@ -109,11 +109,12 @@ def run(spec: TrainSpec, progress) -> TrainResult:
         stopped, env_steps = stop.args[0], checkpoints.last.step
     finally:
         monitor.close()
-    updater = getattr(algorithm, "updater", None)
+    updater, guard = getattr(algorithm, "updater", None), getattr(algorithm, "guard", None)
     result = TrainResult(spec={"framework": "tianshou", "algo": spec.algo, "env_id": spec.env_id,
                                "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
                          curve=clock.curve, env_steps=env_steps,
-                         train_seconds=clock.train_seconds(), stats=updater.stats if updater is not None else {},
+                         train_seconds=clock.train_seconds(), stats={**(updater.stats if updater is not None else {}),
+                                                               **(guard.stats if guard is not None else {})},
                          gradient_steps=counter["updates"],
                          replay_bytes_per_transition=bytes_per_transition(_arrays(buffer._meta), buffer.maxsize))
     result.checkpoint = str(checkpoints.last.path) if checkpoints.last is not None else None

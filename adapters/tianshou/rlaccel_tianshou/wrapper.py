@@ -59,7 +59,8 @@ class _SparseDenseMixin:
     def _init_sparse_dense(self, config: AccelConfig, sparse: bool) -> None:
         self.rlaccel_config = config
         self.updater = SparseDenseUpdater.from_config(config) if sparse else None
-        self.guard = GradientGuard.from_config(config)
+        device = next(self.wrapped_algorithm.parameters()).device
+        self.guard = GradientGuard.from_config(config, str(device))
         self.lr_schedulers = self.wrapped_algorithm.lr_schedulers  # shared: stepped once per update
         self._last_buffer = None
 
@@ -78,9 +79,9 @@ class _SparseDenseMixin:
                                 name=f"{type(module).__name__}[{i}]")
 
     def _autocast(self):
-        """The update path under ``precision.dtype`` (bf16 autocast; fp32: nothing)."""
+        """The update path under ``precision.dtype`` (autocast, with loss scaling for fp16; fp32: nothing)."""
         device = next(self.wrapped_algorithm.parameters()).device
-        return update_autocast(self.rlaccel_config.precision.dtype, str(device))
+        return update_autocast(self.rlaccel_config.precision.dtype, str(device), self.guard)
 
     def _preprocess_batch(self, batch, buffer, indices):
         self._last_buffer = buffer
