@@ -64,6 +64,29 @@ def test_an_overflowing_fp16_step_is_skipped_and_the_scale_backs_off_then_grows(
     assert restored.scale == scaler.scale
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_optimizer_step_inside_one_update_context_sees_the_weights_the_last_one_wrote(dtype):
+    """Regression: autocast's weight cache kept the first step's half-precision weights for the whole
+    update (SB3's train() takes many steps in one call), and bf16/fp16 DQN never learned CartPole."""
+    net = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=1.0)
+    guard = GradientGuard.from_config(rla.load_config(dtype=dtype))
+    guard.attach(opt)
+    x = torch.full((1, 4), 0.5)
+    with update_autocast(dtype, "cpu", guard):
+        outputs = []
+        for _ in range(3):
+            opt.zero_grad()
+            out = net(x)
+            outputs.append(float(out))
+            (0.25 * out.float()).sum().backward()
+            opt.step()
+    assert guard.stats["skipped_steps"] == 0
+    # each SGD step lowers the output by lr * 0.25 * (|x|^2 + 1) = 0.5
+    assert outputs[0] - outputs[1] == pytest.approx(0.5, rel=0.02)
+    assert outputs[1] - outputs[2] == pytest.approx(0.5, rel=0.02)
+
+
 def test_fp16_without_a_loss_scaler_or_without_skipping_is_refused_with_the_fix():
     with pytest.raises(ConfigError, match="fp16.*needs loss scaling.*Fix"):
         update_autocast("fp16", "cpu")

@@ -42,7 +42,11 @@ def update_autocast(dtype: str, device: str = "cpu", guard=None):
     if dtype == "fp32":
         return contextlib.nullcontext()
     device_type = "cuda" if str(device).startswith("cuda") else "cpu"
-    autocast = torch.autocast(device_type=device_type, dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
+    # cache_enabled=False: autocast caches the half-precision copy of each weight until the context
+    # exits, and the frameworks take several optimizer steps inside one update context; with the
+    # cache every step after the first would run on the first step's weights.
+    autocast = torch.autocast(device_type=device_type, dtype=torch.float16 if dtype == "fp16" else torch.bfloat16,
+                              cache_enabled=False)
     if dtype == "bf16":
         return autocast
     if guard is None or guard.loss_scaler is None:

@@ -1,0 +1,235 @@
+"""Scale-out on Ray: rollout actors across machines feeding one learner (SEED.md §6).
+
+Each of ``num_actors`` Ray actors runs a *worker* built by the framework adapter on that actor
+(a vectorised env plus a copy of the policy) and returns chunks of ``chunk_steps`` vector steps.
+The learner owns the replay buffer and the updates; :class:`RayActorPool` keeps the actors busy:
+
+* **Back-pressure**: at most ``max_in_flight`` chunk requests per actor; a new one is sent only when
+  the learner has taken a chunk of that actor, so a slow learner never piles up memory.
+* **Weights** go through Ray's object store once per :meth:`RayActorPool.broadcast` (one ``ray.put``,
+  every actor reads the same object); a chunk carries the policy version it acted with, so the
+  learner can report the policy lag in updates.
+* **Faults**: actors are created with ``max_restarts=-1``. A chunk that was in flight when its actor
+  died is lost (it was never acknowledged) and counted; Ray restarts the actor, the pool sends it the
+  latest weights and asks for chunks again. Every chunk the learner received was delivered whole.
+
+The worker interface an adapter implements (built on the actor by ``make_worker(index)``)::
+
+    worker.load_weights(weights)                 # the learner's newest policy weights
+    worker.collect(params) -> (payload, steps)   # one chunk; params e.g. {"epsilon": 0.05}
+
+Examples:
+    >>> # pool = RayActorPool(make_worker, num_actors=2); pool.start(weights, {"epsilon": 1.0})
+    >>> # for chunk in pool.receive(): store(chunk.payload) ...; pool.broadcast(new_weights, version)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlaccel_plugins.errors import ConfigError
+
+INSTALL_HINT = "Fix: pip install 'rlaccel-plugins[ray]' (or pip install ray)."
+
+
+def require_ray():
+    """``import ray``, or a clear error saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"--ray needs Ray, which is not installed. {INSTALL_HINT}") from None
+    return ray
+
+
+def connect(address: str | None = None, **init_kwargs: Any):
+    """Join the Ray cluster at ``address`` (``auto``: the one ``ray start`` runs on this machine;
+    ``HOST:PORT``: a head node; None: a local single-node Ray started for this run)."""
+    ray = require_ray()
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True, **init_kwargs)
+        except ConnectionError as exc:
+            raise ConfigError(f"could not reach a Ray cluster at ray_address={address!r}: {exc}. Fix: start one "
+                              "with `ray start --head` (then --ray-address auto), or give the head node's "
+                              "HOST:PORT.") from None
+    return ray
+
+
+@dataclass
+class Chunk:
+    """One chunk of experience as the learner receives it."""
+
+    actor: int                 # actor index
+    incarnation: str           # host:pid of the actor process that produced it (changes on restart)
+    seq: int                   # chunk number within that incarnation
+    version: int               # policy version (learner updates) the actor acted with
+    steps: int                 # transitions in the chunk (vector steps x envs)
+    payload: Any               # the adapter's data
+    collect_seconds: float     # time the actor spent producing it
+    latency: float = 0.0       # seconds from the actor finishing it to the learner receiving it
+    finished_at: float = 0.0
+
+
+class RolloutActor:
+    """The Ray actor around a worker (made a Ray actor class by :class:`RayActorPool`)."""
+
+    def __init__(self, make_worker: Callable[[int], Any], index: int) -> None:
+        self.index = index
+        self.incarnation = f"{socket.gethostname()}:{os.getpid()}"
+        self.worker = make_worker(index)
+        self.version = -1
+        self.seq = 0
+
+    def load_weights(self, weights: Any, version: int) -> None:
+        self.worker.load_weights(weights)
+        self.version = version
+
+    def collect(self, params: dict[str, Any]) -> Chunk:
+        start = time.perf_counter()
+        payload, steps = self.worker.collect(params)
+        chunk = Chunk(self.index, self.incarnation, self.seq, self.version, steps, payload,
+                      time.perf_counter() - start, finished_at=time.time())
+        self.seq += 1
+        return chunk
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@dataclass
+class ActorStats:
+    chunks: int = 0
+    steps: int = 0                  # transitions received (acknowledged)
+    collect_seconds: float = 0.0
+    lost_chunks: int = 0            # in flight when the actor died: never acknowledged
+    restarts: int = 0
+    latency_sum: float = 0.0
+    incarnations: set[str] = field(default_factory=set)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.collect_seconds if self.collect_seconds else 0.0
+
+
+class RayActorPool:
+    """``num_actors`` rollout actors with bounded requests in flight, weight broadcast and restarts."""
+
+    def __init__(self, make_worker: Callable[[int], Any], num_actors: int, *, max_in_flight: int = 2,
+                 num_cpus: float = 1.0, max_consecutive_failures: int = 5) -> None:
+        if not isinstance(num_actors, int) or isinstance(num_actors, bool) or num_actors < 1:
+            raise ConfigError(f"actors must be a positive integer, got actors={num_actors!r}. Fix: --actors 2")
+        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ConfigError(f"max_in_flight must be a positive integer, got max_in_flight={max_in_flight!r}.")
+        self.ray = require_ray()
+        self.make_worker, self.num_actors, self.max_in_flight = make_worker, num_actors, max_in_flight
+        self.num_cpus, self.max_consecutive_failures = num_cpus, max_consecutive_failures
+        self.actors: list[Any] = []
+        self.stats = [ActorStats() for _ in range(num_actors)]
+        self._in_flight: dict[Any, int] = {}  # ObjectRef -> actor index
+        self._failures = [0] * num_actors
+        self._weights_ref = None
+        self._version = 0
+        self.params: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, weights: Any, params: dict[str, Any] | None = None, version: int = 0) -> None:
+        """Create the actors, send them ``weights`` and ask each for ``max_in_flight`` chunks."""
+        remote = self.ray.remote(num_cpus=self.num_cpus, max_restarts=-1, max_task_retries=0)(RolloutActor)
+        self.actors = [remote.remote(self.make_worker, i) for i in range(self.num_actors)]
+        self.params = dict(params or {})
+        self.broadcast(weights, version)
+        for i in range(self.num_actors):
+            for _ in range(self.max_in_flight):
+                self._request(i)
+
+    def stop(self) -> None:
+        """Drop the requests in flight and end the actors (their unacknowledged chunks are discarded)."""
+        for ref in list(self._in_flight):
+            self.ray.cancel(ref, force=True)
+        self._in_flight.clear()
+        for actor in self.actors:
+            self.ray.kill(actor, no_restart=True)
+        self.actors = []
+
+    # ------------------------------------------------------------------ learner side
+    def broadcast(self, weights: Any, version: int) -> None:
+        """Make ``weights`` (policy ``version``) the actors' policy for their next chunks."""
+        self._weights_ref, self._version = self.ray.put(weights), version
+        for actor in self.actors:
+            actor.load_weights.remote(self._weights_ref, version)
+
+    def receive(self, timeout: float = 60.0) -> list[Chunk]:
+        """The chunks ready now (waits for at least one); each one taken frees a request slot of its
+        actor, which is refilled at once. Chunks lost with a dead actor are counted, not returned."""
+        if not self._in_flight:
+            raise RuntimeError("no actor is collecting: every actor failed "
+                               f"{self.max_consecutive_failures} times in a row")
+        ready, _ = self.ray.wait(list(self._in_flight), num_returns=1, timeout=timeout)
+        if not ready:
+            raise TimeoutError(f"no chunk arrived from {self.num_actors} Ray actors in {timeout:.0f} s")
+        ready, _ = self.ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
+        chunks, now = [], time.time()
+        for ref in ready:
+            index = self._in_flight.pop(ref)
+            try:
+                chunk = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError:
+                self._on_actor_failure(index)
+                continue
+            self._failures[index] = 0
+            chunk.latency = max(0.0, now - chunk.finished_at)
+            stats = self.stats[index]
+            stats.chunks += 1
+            stats.steps += chunk.steps
+            stats.collect_seconds += chunk.collect_seconds
+            stats.latency_sum += chunk.latency
+            stats.incarnations.add(chunk.incarnation)
+            chunks.append(chunk)
+            self._request(index)
+        return chunks
+
+    def _request(self, index: int) -> None:
+        ref = self.actors[index].collect.remote(dict(self.params))
+        self._in_flight[ref] = index
+
+    def _on_actor_failure(self, index: int) -> None:
+        stats = self.stats[index]
+        stats.lost_chunks += 1
+        self._failures[index] += 1
+        if self._failures[index] > self.max_consecutive_failures:
+            return  # given up on: no new requests for this actor
+        if not any(i == index for i in self._in_flight.values()):
+            # every request of the dead incarnation has failed now: Ray restarts the actor; send it
+            # the newest weights first (calls to one actor run in order), then new requests
+            stats.restarts += 1
+            self.actors[index].load_weights.remote(self._weights_ref, self._version)
+            for _ in range(self.max_in_flight):
+                self._request(index)
+
+    # ------------------------------------------------------------------ metrics
+    def metrics(self, learner_version: int | None = None, recent: list[Chunk] | None = None) -> dict[str, float]:
+        """Per-actor and total env steps/s (actor time), chunk latency, lost chunks, restarts, policy lag."""
+        out: dict[str, float] = {}
+        for i, s in enumerate(self.stats):
+            out[f"ray/actor{i}/env_steps_per_s"] = s.steps_per_s
+            out[f"ray/actor{i}/steps"] = s.steps
+        chunks = sum(s.chunks for s in self.stats)
+        out["ray/env_steps_per_s"] = sum(s.steps_per_s for s in self.stats)
+        out["ray/steps"] = sum(s.steps for s in self.stats)
+        out["ray/chunk_latency_ms"] = 1000 * sum(s.latency_sum for s in self.stats) / chunks if chunks else 0.0
+        out["ray/lost_chunks"] = sum(s.lost_chunks for s in self.stats)
+        out["ray/restarts"] = sum(s.restarts for s in self.stats)
+        if learner_version is not None and recent:
+            out["ray/policy_lag"] = sum(learner_version - c.version for c in recent) / len(recent)
+        return out
