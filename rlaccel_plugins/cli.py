@@ -69,6 +69,15 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--async", dest="async_mode", action="store_true",
                        help="collect in an actor thread while the learner trains (SB3 off-policy; measure first: "
                             "on 2 CPU cores it is slower)")
+    train.add_argument("--ray", action="store_true",
+                       help="collect on Ray actors (this machine or a cluster) feeding this learner (off-policy)")
+    train.add_argument("--ray-address", default=None,
+                       help="auto (the cluster `ray start` runs here) or HOST:PORT of a head node; default: a "
+                            "local Ray for this run")
+    train.add_argument("--actors", type=int, default=None, help="Ray actors collecting (default 2)")
+    train.add_argument("--envs-per-actor", type=int, default=None,
+                       help="envs each actor steps (default: the preset's parallel_envs)")
+    train.add_argument("--chunk-steps", type=int, default=None, help="vector steps per chunk sent (default 16)")
     train.add_argument("--resume", metavar="DIR", default=None,
                        help="continue the run in DIR (its --logdir) from its newest valid checkpoint, with its "
                             "own settings")
@@ -161,6 +170,22 @@ def _parse_overrides(items: list[str], flag: str = "--set") -> dict:
     return out
 
 
+def _ray_settings(args: argparse.Namespace) -> dict | None:
+    from rlaccel_plugins.errors import ConfigError
+    from rlaccel_plugins.parallel.ray_actors import ray_settings
+
+    given = [f"--{n.replace('_', '-')}" for n in ("ray_address", "actors", "envs_per_actor", "chunk_steps")
+             if getattr(args, n) is not None]
+    if not args.ray:
+        if given:
+            raise ConfigError(f"{', '.join(given)} only apply with --ray, got them without it. Fix: add --ray.")
+        return None
+    if args.async_mode:
+        raise ConfigError("--async and --ray are two ways of collecting, got both. Fix: keep one.")
+    return ray_settings(args.ray_address, args.actors if args.actors is not None else 2,
+                        args.chunk_steps if args.chunk_steps is not None else 16)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
@@ -173,12 +198,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         spec = TrainSpec.load(Path(logdir) / "spec.json", logdir=logdir, resume=True, wandb=args.wandb,
                               progress=not args.no_progress)
     else:
-        config = load_config(preset=args.preset, **_parse_overrides(args.overrides))
+        overrides = _parse_overrides(args.overrides)
+        ray = _ray_settings(args)
+        if ray is not None and args.envs_per_actor is not None:
+            overrides["parallel_envs"] = args.envs_per_actor
+        config = load_config(preset=args.preset, **overrides)
         logdir = args.logdir or f"runs/{args.framework}-{args.algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
         spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config,
                          steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, eval_freq=args.eval_freq,
                          wandb=args.wandb, progress=not args.no_progress,
-                         hyperparams=_parse_overrides(args.hyperparams, "--hp"), async_mode=args.async_mode)
+                         hyperparams=_parse_overrides(args.hyperparams, "--hp"), async_mode=args.async_mode,
+                         ray=ray)
     result = run_training(spec)
     if result.stopped_by_signal is not None:
         print(f"{spec.variant}: stopped by signal {result.stopped_by_signal} at {result.env_steps:,} env steps; "

@@ -39,10 +39,11 @@ class TrainSpec:
     hyperparams: dict[str, Any] = field(default_factory=dict)  # the framework's own, applied last
     async_mode: bool = False          # collect in an actor thread while the learner trains
     resume: bool = False              # continue from the newest valid checkpoint in ``logdir``
+    ray: dict[str, Any] | None = None  # Ray scale-out: address, actors, chunk_steps (ray_actors.ray_settings)
     stop: Any = field(default=None, repr=False, compare=False)  # set by run_training: a StopSignal
 
     SAVED = ("framework", "algo", "env_id", "steps", "seed", "stock", "eval_freq", "eval_episodes", "stop_at",
-             "hyperparams", "async_mode")
+             "hyperparams", "async_mode", "ray")
 
     def save(self, path: str | Path) -> None:
         """Write what ``rlaccel train --resume`` needs to rebuild this spec (``spec.json``)."""
@@ -198,6 +199,10 @@ def run_training(spec: TrainSpec) -> TrainResult:
     from rlaccel_plugins.checkpoint import StopSignal
 
     check_env_id(spec.env_id)
+    if spec.ray is not None:
+        from rlaccel_plugins.parallel.ray_actors import require_ray
+
+        require_ray()  # fail before building anything, saying how to install it
     if spec.resume:  # fail before building anything when there is nothing to resume from
         from rlaccel_plugins.checkpoint import CheckpointStore
 

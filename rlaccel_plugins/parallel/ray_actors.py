@@ -61,6 +61,24 @@ def connect(address: str | None = None, **init_kwargs: Any):
     return ray
 
 
+def ray_settings(address: str | None = None, actors: int = 2, chunk_steps: int = 16,
+                 max_in_flight: int = 2) -> dict[str, Any]:
+    """Checked settings of a Ray-fed run (``TrainSpec.ray``).
+
+    Examples:
+        >>> ray_settings(actors=4)["actors"]
+        4
+    """
+    for name, value in (("actors", actors), ("chunk_steps", chunk_steps), ("max_in_flight", max_in_flight)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {name}={value!r}. "
+                              f"Fix: e.g. --{name.replace('_', '-')} 2")
+    if address is not None and (not isinstance(address, str) or (address != "auto" and ":" not in address)):
+        raise ConfigError(f"ray_address must be 'auto' or HOST:PORT, got ray_address={address!r}. "
+                          "Fix: --ray-address auto (after `ray start --head` here) or --ray-address 10.0.0.1:6379")
+    return {"address": address, "actors": actors, "chunk_steps": chunk_steps, "max_in_flight": max_in_flight}
+
+
 @dataclass
 class Chunk:
     """One chunk of experience as the learner receives it."""
@@ -122,6 +140,31 @@ class ActorStats:
         return self.steps / self.collect_seconds if self.collect_seconds else 0.0
 
 
+@dataclass
+class RayRun:
+    """What a Ray-fed training run did: transitions received (acknowledged) and stored, metrics."""
+
+    received_steps: int = 0       # transitions in every chunk the learner received
+    stored_steps: int = 0         # of those, stored (the rest arrived after the budget was spent)
+    chunks: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def received(self, chunk: Chunk) -> None:
+        self.chunks += 1
+        self.received_steps += chunk.steps
+
+    def measure(self, pool: RayActorPool, learner_version: int, recent: list[Chunk] | None = None,
+                every: int = 1) -> bool:
+        """Refresh :attr:`metrics` from ``pool`` (every ``every`` chunks, or always when ``recent`` is
+        None); whether they were refreshed."""
+        if recent is not None and self.chunks % every >= len(recent):
+            return False
+        lag = self.metrics.get("ray/policy_lag")
+        self.metrics = {**pool.metrics(learner_version, recent), "ray/stored_steps": self.stored_steps}
+        self.metrics.setdefault("ray/policy_lag", lag if lag is not None else 0.0)
+        return True
+
+
 class RayActorPool:
     """``num_actors`` rollout actors with bounded requests in flight, weight broadcast and restarts."""
 
@@ -155,9 +198,7 @@ class RayActorPool:
 
     def stop(self) -> None:
         """Drop the requests in flight and end the actors (their unacknowledged chunks are discarded)."""
-        for ref in list(self._in_flight):
-            self.ray.cancel(ref, force=True)
-        self._in_flight.clear()
+        self._in_flight.clear()  # killing an actor fails its pending requests; nobody reads them
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
         self.actors = []

@@ -64,24 +64,10 @@ def learn_async(model: OffPolicyAlgorithm, total_timesteps: int, callback: Any =
 
     def step():  # actor thread: inference with the policy copy, then one vector env step
         obs = state["obs"]
-        if model.num_timesteps < model.learning_starts:
-            unscaled = np.array([model.action_space.sample() for _ in range(n_envs)])
-        else:
-            with lock, torch.no_grad():
-                unscaled, _ = actor.predict(obs, deterministic=False)
-            explore = getattr(model, "exploration_rate", 0.0)
-            if explore > 0:
-                random = rng.random(n_envs) < explore
-                if random.any():
-                    unscaled = unscaled.copy()
-                    unscaled[random] = [model.action_space.sample() for _ in range(int(random.sum()))]
-        if isinstance(model.action_space, spaces.Box):
-            scaled = actor.scale_action(unscaled)
-            if model.action_noise is not None:
-                scaled = np.clip(scaled + model.action_noise(), -1, 1)
-            buffer_actions, actions = scaled, actor.unscale_action(scaled)
-        else:
-            buffer_actions = actions = unscaled
+        with lock:
+            buffer_actions, actions = choose_actions(
+                actor, model.action_space, obs, n_envs, epsilon=getattr(model, "exploration_rate", 0.0),
+                random=model.num_timesteps < model.learning_starts, action_noise=model.action_noise, rng=rng)
         new_obs, rewards, dones, infos = env.step(actions)
         if model.action_noise is not None:
             for i in np.flatnonzero(dones):
@@ -92,37 +78,83 @@ def learn_async(model: OffPolicyAlgorithm, total_timesteps: int, callback: Any =
     # the actor may run a whole rollout ahead, so collecting rollout k+1 overlaps training on rollout k
     collector = AsyncCollector(step, max_pending=max(max_pending, model.train_freq.frequency))
     collector.start()
-    gradient_steps_done, last_sync, rollout_steps, stop = 0, 0, 0, False
+    learner, last_sync = OffPolicyLearner(model, callback, total_timesteps), 0
     try:
-        while model.num_timesteps < total_timesteps and not stop:
-            for obs, buffer_actions, new_obs, rewards, dones, infos in collector.drain(wait_for=1):
-                if model.num_timesteps >= total_timesteps:
-                    break  # collected beyond the budget: not stored, as SB3 would not have collected it
-                stop = not _store(model, callback, obs, buffer_actions, new_obs, rewards, dones, infos,
-                                  total_timesteps)
-                if stop:
+        while not learner.finished:
+            for transition in collector.drain(wait_for=1):
+                learner.store(*transition)
+                if learner.finished:
                     break
-                rollout_steps += 1
-                if rollout_steps < model.train_freq.frequency:
-                    continue
-                # a rollout as SB3 counts it is complete: SB3's own update, as in its synchronous loop
-                callback.on_rollout_end()
-                rollout_steps = 0
-                if model.num_timesteps > model.learning_starts:
-                    steps = model.gradient_steps if model.gradient_steps >= 0 else \
-                        model.train_freq.frequency * model.n_envs
-                    if steps > 0:
-                        model.train(gradient_steps=steps, batch_size=model.batch_size)
-                        gradient_steps_done += steps
-                if gradient_steps_done - last_sync >= sync_interval:
+                if learner.gradient_steps - last_sync >= sync_interval:
                     with lock:
                         actor.load_state_dict(model.policy.state_dict())
-                    last_sync = gradient_steps_done
-                callback.on_rollout_start()
+                    last_sync = learner.gradient_steps
     finally:
         collector.stop()  # chunks produced past the budget are dropped, never half-stored
     callback.on_training_end()
     return model
+
+
+def choose_actions(policy, action_space: spaces.Space, obs, n_envs: int, *, epsilon: float = 0.0,
+                   random: bool = False, action_noise=None, rng: np.random.Generator):
+    """Batched actions of ``policy`` for ``n_envs`` observations as SB3's ``_sample_action`` makes them
+    (random before ``learning_starts``, epsilon-greedy, noise for Box actions); returns the actions to
+    store (scaled to [-1, 1] for Box spaces) and the actions to send to the env."""
+    if random:
+        unscaled = np.array([action_space.sample() for _ in range(n_envs)])
+    else:
+        with torch.no_grad():
+            unscaled, _ = policy.predict(obs, deterministic=False)
+        if epsilon > 0:
+            explore = rng.random(n_envs) < epsilon
+            if explore.any():
+                unscaled = unscaled.copy()
+                unscaled[explore] = [action_space.sample() for _ in range(int(explore.sum()))]
+    if isinstance(action_space, spaces.Box):
+        scaled = policy.scale_action(unscaled)
+        if action_noise is not None:
+            scaled = np.clip(scaled + action_noise(), -1, 1)
+        return scaled, policy.unscale_action(scaled)
+    return unscaled, unscaled
+
+
+class OffPolicyLearner:
+    """SB3's side of its own ``collect_rollouts`` + ``train`` loop, fed with transitions collected
+    elsewhere (an actor thread, Ray actors): SB3's per-step bookkeeping and callbacks for each vector
+    step, and SB3's own ``train(gradient_steps)`` after every ``train_freq`` steps."""
+
+    def __init__(self, model: OffPolicyAlgorithm, callback: Any, total_timesteps: int) -> None:
+        self.model, self.callback, self.total_timesteps = model, callback, total_timesteps
+        self.gradient_steps = 0
+        self.stopped = False  # a callback asked to stop
+        self._rollout_steps = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.stopped or self.model.num_timesteps >= self.total_timesteps
+
+    def store(self, obs, buffer_actions, new_obs, rewards, dones, infos) -> bool:
+        """Store one vector step (False, not stored: the budget is spent or training was stopped)."""
+        model = self.model
+        if self.finished:
+            return False  # collected beyond the budget: not stored, as SB3 would not have collected it
+        if not _store(model, self.callback, obs, buffer_actions, new_obs, rewards, dones, infos,
+                      self.total_timesteps):
+            self.stopped = True
+            return False
+        self._rollout_steps += 1
+        if self._rollout_steps < model.train_freq.frequency:
+            return True
+        # a rollout as SB3 counts it is complete: SB3's own update, as in its synchronous loop
+        self.callback.on_rollout_end()
+        self._rollout_steps = 0
+        if model.num_timesteps > model.learning_starts:
+            steps = model.gradient_steps if model.gradient_steps >= 0 else model.train_freq.frequency * model.n_envs
+            if steps > 0:
+                model.train(gradient_steps=steps, batch_size=model.batch_size)
+                self.gradient_steps += steps
+        self.callback.on_rollout_start()
+        return True
 
 
 def _store(model, callback, obs, buffer_actions, new_obs, rewards, dones, infos, total_timesteps) -> bool:

@@ -215,7 +215,20 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     evaluation = _EvalAndProgress(spec, progress, clock, sparse)
     callback = CallbackList([*callbacks, evaluation, *([checkpoints] if checkpoints else [])])
     remaining = max(0, spec.steps - model.num_timesteps)
-    if spec.async_mode:
+    ray_run = None
+    if spec.ray is not None:
+        from rlaccel_sb3.ray_learn import learn_ray
+
+        def show(metrics: dict) -> None:
+            progress.update(model.num_timesteps, actors=spec.ray["actors"], lag=metrics.get("ray/policy_lag"),
+                            actor_fps=metrics.get("ray/env_steps_per_s"))
+
+        ray_run = learn_ray(model, remaining, spec.env_id, actors=spec.ray["actors"],
+                            chunk_steps=spec.ray["chunk_steps"], max_in_flight=spec.ray["max_in_flight"],
+                            sync_interval=spec.config.training.sync_interval, callback=callback,
+                            reset_num_timesteps=resumed is None, address=spec.ray["address"],
+                            accelerated=not spec.stock, on_metrics=show)
+    elif spec.async_mode:
         from rlaccel_sb3.async_learn import learn_async
 
         learn_async(model, remaining, callback=callback, sync_interval=spec.config.training.sync_interval)
@@ -226,6 +239,8 @@ def run(spec: TrainSpec, progress) -> TrainResult:
                          curve=clock.curve, env_steps=model.num_timesteps, train_seconds=clock.train_seconds(),
                          stats=sparse.stats if sparse is not None else {}, gradient_steps=gradient_steps(model),
                          replay_bytes_per_transition=replay_bytes_per_transition(model))
+    if ray_run is not None:
+        result.stats.update(ray_run.metrics)
     if checkpoints is not None and checkpoints.last is not None:
         result.checkpoint = str(checkpoints.last.path)
     if spec.stop is not None and spec.stop.received is not None:

@@ -34,44 +34,93 @@ def train_async(algorithm: Any, envs: Any, buffer: Any, steps: int, *, batch_siz
     Examples:
         >>> # train_async(dqn, DummyVectorEnv([...] * 10), TieredVectorReplayBuffer(20_000, 10), 50_000)
     """
-    num_envs = len(envs)
     actor_policy = copy.deepcopy(algorithm.policy)
     lock = threading.Lock()
-    staging = VectorReplayBuffer(num_envs * chunk_steps * 2, num_envs)
-    actor_collector = Collector(actor_policy, envs, staging, exploration_noise=True)
-    actor_collector.reset()
+    chunks = ChunkCollector(actor_policy, envs, chunk_steps)
 
     def collect_chunk():  # actor thread
-        actor_collector.reset_buffer(keep_statistics=True)
-        with lock, torch.no_grad(), policy_within_training_step(actor_policy):  # training-time exploration
-            stats = actor_collector.collect(n_step=num_envs * chunk_steps)
-        rows = [staging.buffers[i][: len(staging.buffers[i])] for i in range(num_envs)]
-        return rows, stats
+        with lock:
+            return chunks.collect()
 
     collector = AsyncCollector(collect_chunk, max_pending=max_pending)
     collector.start()
-    stored, updates, last_sync = 0, 0, 0
+    learner = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample)
+    last_sync = 0
     try:
-        while stored < steps and not (should_stop and should_stop()):
+        while not learner.finished(should_stop):
             for rows, stats in collector.drain(wait_for=1):
-                stored += _store_rows(buffer, rows)
+                learner.store(rows)
                 if on_chunk is not None:
-                    on_chunk(stored, stats)
+                    on_chunk(learner.stored, stats)
                 _copy_exploration(algorithm.policy, actor_policy)  # e.g. an epsilon schedule set in on_chunk
-                due = int(stored * gradient_steps_per_sample) - updates
-                with policy_within_training_step(algorithm.policy):
-                    for _ in range(max(due, 0)):
-                        algorithm.update(sample_size=batch_size, buffer=buffer)
-                updates += max(due, 0)
-                if updates - last_sync >= sync_interval:
+                learner.update()
+                if learner.updates - last_sync >= sync_interval:
                     with lock:
                         actor_policy.load_state_dict(algorithm.policy.state_dict())
-                    last_sync = updates
-                if stored >= steps or (should_stop and should_stop()):
+                    last_sync = learner.updates
+                if learner.finished(should_stop):
                     break
     finally:
         collector.stop()
-    return stored
+    return learner.stored
+
+
+class ChunkCollector:
+    """Tianshou's own ``Collector`` with an acting copy of the policy, ``chunk_steps`` vector steps at
+    a time into a small staging buffer of its own; :meth:`collect` returns each env's steps in order."""
+
+    def __init__(self, policy: Any, envs: Any, chunk_steps: int) -> None:
+        self.policy, self.num_envs, self.chunk_steps = policy, len(envs), chunk_steps
+        self.staging = VectorReplayBuffer(self.num_envs * chunk_steps * 2, self.num_envs)
+        self.collector = Collector(policy, envs, self.staging, exploration_noise=True)
+        self.collector.reset()
+
+    def collect(self) -> tuple[list[Batch], Any]:
+        self.collector.reset_buffer(keep_statistics=True)
+        with torch.no_grad(), policy_within_training_step(self.policy):  # training-time exploration
+            stats = self.collector.collect(n_step=self.num_envs * self.chunk_steps)
+        return [self.staging.buffers[i][: len(self.staging.buffers[i])] for i in range(self.num_envs)], stats
+
+
+class OffPolicyLearner:
+    """Tianshou's side of training on chunks collected elsewhere (an actor thread, Ray actors): each
+    chunk goes into the buffer in per-env time order, then Tianshou's own ``algorithm.update`` runs as
+    often as ``gradient_steps_per_sample`` asks for what has been stored."""
+
+    def __init__(self, algorithm: Any, buffer: Any, steps: int, batch_size: int,
+                 gradient_steps_per_sample: float) -> None:
+        self.algorithm, self.buffer, self.steps = algorithm, buffer, steps
+        self.batch_size, self.gradient_steps_per_sample = batch_size, gradient_steps_per_sample
+        self.stored = self.updates = 0
+
+    def finished(self, should_stop: Callable[[], bool] | None = None) -> bool:
+        return self.stored >= self.steps or bool(should_stop and should_stop())
+
+    def store(self, rows: list[Batch], stream_break: bool = False) -> int:
+        """Add one chunk (a ``Batch`` of consecutive steps per env); ``stream_break``: the next chunk in
+        these env streams may come from elsewhere, so the last step is stored as a truncation."""
+        if stream_break:
+            rows = [_truncated_at_end(r) for r in rows]
+        added = _store_rows(self.buffer, rows)
+        self.stored += added
+        return added
+
+    def update(self) -> None:
+        due = int(self.stored * self.gradient_steps_per_sample) - self.updates
+        with policy_within_training_step(self.algorithm.policy):
+            for _ in range(max(due, 0)):
+                self.algorithm.update(sample_size=self.batch_size, buffer=self.buffer)
+        self.updates += max(due, 0)
+
+
+def _truncated_at_end(rows: Batch) -> Batch:
+    if len(rows) == 0 or rows.terminated[-1] or rows.truncated[-1]:
+        return rows
+    rows = copy.deepcopy(rows)
+    rows.truncated[-1] = True
+    if "done" in rows.keys():  # noqa: SIM118 (Batch is not a dict)
+        rows.done[-1] = True
+    return rows
 
 
 def _store_rows(buffer: Any, rows: list[Batch]) -> int:

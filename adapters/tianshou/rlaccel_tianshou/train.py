@@ -99,9 +99,11 @@ def run(spec: TrainSpec, progress) -> TrainResult:
     monitor = _Monitor(spec, progress, algorithm, buffer)
     checkpoints.start(buffer, offset)
     run = _Run(spec, monitor, checkpoints, policy, clock, offset)
-    stopped = None
+    stopped, ray_metrics = None, {}
     try:
-        if spec.async_mode:
+        if spec.ray is not None:
+            env_steps, ray_metrics = _train_ray(run, buffer, batch, ups, eval_collector)
+        elif spec.async_mode:
             env_steps = _train_async(run, buffer, batch, ups, eval_collector)
         else:
             env_steps = _train_sync(run, algorithm, training_collector, eval_collector, batch, ups)
@@ -114,7 +116,8 @@ def run(spec: TrainSpec, progress) -> TrainResult:
                                "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
                          curve=clock.curve, env_steps=env_steps,
                          train_seconds=clock.train_seconds(), stats={**(updater.stats if updater is not None else {}),
-                                                               **(guard.stats if guard is not None else {})},
+                                                               **(guard.stats if guard is not None else {}),
+                                                               **ray_metrics},
                          gradient_steps=counter["updates"],
                          replay_bytes_per_transition=bytes_per_transition(_arrays(buffer._meta), buffer.maxsize))
     result.checkpoint = str(checkpoints.last.path) if checkpoints.last is not None else None
@@ -187,6 +190,12 @@ class _Monitor:
             replay = self.buffer if hasattr(self.buffer, "stats") else None
             for key, value in collect_metrics(updater, replay, self._fps.read(env_step)).items():
                 self.writer.add_scalar(key, value, env_step)
+
+    def scalars(self, values: dict[str, float], env_step: int) -> None:
+        """Extra ``rlaccel/*`` scalars (e.g. the Ray metrics) in TensorBoard."""
+        if self.writer is not None:
+            for key, value in values.items():
+                self.writer.add_scalar(f"rlaccel/{key}", value, env_step)
 
     def evaluated(self, env_step: int, mean_reward: float) -> None:
         self.progress.update(env_step, eval=mean_reward)
@@ -286,3 +295,30 @@ def _train_async(run: _Run, buffer, batch, ups, eval_collector) -> int:
     return run.offset + train_async(run.monitor.algorithm, envs, buffer, run.remaining, batch_size=batch,
                                     gradient_steps_per_sample=ups, sync_interval=spec.config.training.sync_interval,
                                     on_chunk=on_chunk, should_stop=lambda: state["stop"])
+
+
+def _train_ray(run: _Run, buffer, batch, ups, eval_collector) -> tuple[int, dict]:
+    """Collection on Ray actors (see :mod:`rlaccel_tianshou.ray_training`)."""
+    from rlaccel_tianshou.ray_training import train_ray
+
+    spec = run.spec
+    state = {"next_eval": (run.offset // spec.eval_freq + 1) * spec.eval_freq, "stop": False}
+    evaluate = _evaluate_fn(spec, eval_collector)
+
+    def on_chunk(env_steps: int, returns) -> None:
+        run.collected(env_steps)
+        if run.env_step >= state["next_eval"]:
+            state["next_eval"] += spec.eval_freq
+            state["stop"] = run.evaluated(run.clock.evaluate(run.env_step, evaluate))
+
+    def on_metrics(metrics: dict) -> None:
+        run.monitor.progress.update(run.env_step, actors=spec.ray["actors"], lag=metrics.get("ray/policy_lag"),
+                                    actor_fps=metrics.get("ray/env_steps_per_s"))
+        run.monitor.scalars(metrics, run.env_step)
+
+    ray_run = train_ray(run.monitor.algorithm, spec.env_id, buffer, run.remaining, actors=spec.ray["actors"],
+                        chunk_steps=spec.ray["chunk_steps"], max_in_flight=spec.ray["max_in_flight"],
+                        batch_size=batch, gradient_steps_per_sample=ups, address=spec.ray["address"],
+                        sync_interval=spec.config.training.sync_interval, on_chunk=on_chunk,
+                        should_stop=lambda: state["stop"], on_metrics=on_metrics)
+    return run.offset + ray_run.stored_steps, ray_run.metrics

@@ -1,0 +1,142 @@
+"""`learn_ray`: SB3 off-policy training with Ray actors collecting, on this machine or a cluster.
+
+Each actor steps ``model.n_envs`` envs (envpool where it pays, as in single-machine training) with a
+copy of the policy and sends chunks of ``chunk_steps`` vector steps; the learner stores each step
+with SB3's own ``_store_transition`` and trains with SB3's own ``train()`` every ``train_freq`` steps
+(:class:`~rlaccel_sb3.async_learn.OffPolicyLearner`), so the gradient steps per stored transition are
+SB3's whatever the number of actors. Chunks of all actors go into the same ``n_envs`` env streams of
+the buffer, one after the other, so the last step of each chunk is stored as a truncation
+(``TimeLimit.truncated``): an n-step return never runs from one actor's chunk into another's, and
+it bootstraps from that step's true next observation.
+
+Examples:
+    >>> # from stable_baselines3 import DQN
+    >>> # model = DQN("MlpPolicy", "CartPole-v1", train_freq=4)
+    >>> # run = learn_ray(model, 50_000, "CartPole-v1", actors=2)
+    >>> # run.metrics["ray/env_steps_per_s"]
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.vec_env import unwrap_vec_normalize
+
+from rlaccel_plugins.parallel.ray_actors import RayActorPool, RayRun, connect
+from rlaccel_sb3.async_learn import OffPolicyLearner, choose_actions, replay_ratio
+
+INFO_KEYS = ("terminal_observation", "TimeLimit.truncated", "episode", "is_success")
+
+
+class Sb3RolloutWorker:
+    """Runs on a Ray actor: ``n_envs`` envs and a CPU copy of the policy; one chunk per ``collect``."""
+
+    def __init__(self, index: int, env_id: str, n_envs: int, seed: int, policy: Any, chunk_steps: int,
+                 accelerated: bool = True) -> None:
+        import torch
+
+        from rlaccel_sb3.train import make_env
+
+        torch.set_num_threads(1)  # an actor is one CPU of the cluster
+        self.env = make_env(env_id, n_envs, seed + 1_000 * (index + 1), accelerated)
+        self.policy, self.n_envs, self.chunk_steps = policy, n_envs, chunk_steps
+        self.policy.set_training_mode(False)
+        self.rng = np.random.default_rng(seed + index)
+        self.obs = self.env.reset()
+
+    def load_weights(self, weights: dict) -> None:
+        self.policy.load_state_dict(weights)
+
+    def collect(self, params: dict[str, Any]) -> tuple[list[tuple], int]:
+        steps = []
+        for _ in range(self.chunk_steps):
+            obs = self.obs
+            buffer_actions, actions = choose_actions(self.policy, self.policy.action_space, obs, self.n_envs,
+                                                     epsilon=params.get("epsilon", 0.0),
+                                                     random=params.get("random", False), rng=self.rng)
+            new_obs, rewards, dones, infos = self.env.step(actions)
+            infos = [{k: info[k] for k in INFO_KEYS if k in info} for info in infos]
+            steps.append((obs, buffer_actions, new_obs, rewards, dones, infos))
+            self.obs = new_obs
+        return steps, self.chunk_steps * self.n_envs
+
+
+def learn_ray(model: OffPolicyAlgorithm, total_timesteps: int, env_id: str, *, actors: int = 2,
+              chunk_steps: int = 16, sync_interval: int = 50, max_in_flight: int = 2, callback: Any = None,
+              reset_num_timesteps: bool = True, address: str | None = None, accelerated: bool = True,
+              pool_hook: Any = None, log_every: int = 10, on_metrics: Any = None) -> RayRun:
+    """Like ``model.learn`` with ``actors`` Ray actors collecting ``model.n_envs`` envs each.
+
+    ``address``: the Ray cluster (``"auto"``, ``"HOST:PORT"``; None: join the running one or start a
+    local one). ``on_metrics(metrics)`` receives the Ray metrics (also logged as ``rlaccel/ray/*``);
+    ``pool_hook(pool, run)`` runs after every received batch of chunks (tests kill an actor there).
+    """
+    if not isinstance(model, OffPolicyAlgorithm):
+        raise TypeError(f"model must be an off-policy SB3 algorithm, got {type(model).__name__}. "
+                        "On-policy algorithms (PPO, A2C) train on their own fresh rollouts: use --async off.")
+    if unwrap_vec_normalize(model.env) is not None:
+        raise ValueError("Ray collection does not support VecNormalize, got a VecNormalize env. "
+                         "Train on one machine (model.learn) with VecNormalize.")
+    if model.action_noise is not None:
+        raise ValueError(f"Ray collection does not add action noise on the actors yet, got "
+                         f"action_noise={model.action_noise!r}. Use SAC (no noise) or train on one machine.")
+    connect(address)
+    total_timesteps, callback = model._setup_learn(total_timesteps, callback, reset_num_timesteps)
+    callback.on_training_start(locals(), globals())
+    replay_ratio(model)  # validates train_freq
+    acting = copy.deepcopy(model.policy).to("cpu")
+    make_worker = functools.partial(_make_worker, env_id=env_id, n_envs=model.n_envs, seed=model.seed or 0,
+                                    policy=acting, chunk_steps=chunk_steps, accelerated=accelerated)
+    pool = RayActorPool(make_worker, actors, max_in_flight=max_in_flight)
+    learner, run, version = OffPolicyLearner(model, callback, total_timesteps), RayRun(), 0
+    pool.start(_cpu_weights(model), _exploration(model), version)
+    try:
+        while not learner.finished:
+            pool.params = _exploration(model)
+            chunks = pool.receive()
+            for chunk in chunks:
+                run.received(chunk)
+                last = len(chunk.payload) - 1
+                for t, (obs, buffer_actions, new_obs, rewards, dones, infos) in enumerate(chunk.payload):
+                    if t == last:
+                        infos = _stream_break(infos, dones)
+                    if learner.store(obs, buffer_actions, new_obs, rewards, dones, infos):
+                        run.stored_steps += model.n_envs
+                if learner.gradient_steps - version >= sync_interval:
+                    version = learner.gradient_steps
+                    pool.broadcast(_cpu_weights(model), version)
+            if run.measure(pool, learner.gradient_steps, chunks, every=log_every):
+                for key, value in run.metrics.items():
+                    model.logger.record(f"rlaccel/{key}", value)
+                if on_metrics is not None:
+                    on_metrics(run.metrics)
+            if pool_hook is not None:
+                pool_hook(pool, run)
+    finally:
+        run.measure(pool, learner.gradient_steps)
+        pool.stop()  # requests still in flight are dropped: they were never acknowledged
+    callback.on_training_end()
+    return run
+
+
+def _make_worker(index: int, **kwargs: Any) -> Sb3RolloutWorker:
+    return Sb3RolloutWorker(index, **kwargs)
+
+
+def _cpu_weights(model: OffPolicyAlgorithm) -> dict:
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.policy.state_dict().items()}
+
+
+def _exploration(model: OffPolicyAlgorithm) -> dict[str, Any]:
+    return {"epsilon": float(getattr(model, "exploration_rate", 0.0)),
+            "random": model.num_timesteps < model.learning_starts}
+
+
+def _stream_break(infos: list[dict], dones: np.ndarray) -> list[dict]:
+    """Mark the envs still running as truncated here: the next step in these buffer streams is another
+    chunk (possibly another actor's). Copies, so the episode accounting sees the infos unchanged."""
+    return [info if done else {**info, "TimeLimit.truncated": True} for info, done in zip(infos, dones)]

@@ -1,0 +1,143 @@
+"""Ray scale-out on a local 3-node cluster (ray.cluster_utils.Cluster): chunks counted end to end,
+an actor killed mid-run is restarted and training goes on, DQN learns CartPole with 2 actors."""
+
+import sys
+import time
+
+import pytest
+
+import rlaccel_plugins as rla
+from rlaccel_plugins.cli import main
+from rlaccel_plugins.errors import ConfigError
+
+ray = pytest.importorskip("ray", reason="the `ray` extra: pip install 'rlaccel-plugins[ray]'")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    small = dict(num_cpus=1, object_store_memory=80 * 1024 ** 2)
+    nodes = Cluster(initialize_head=True, head_node_args=small)
+    for _ in range(2):
+        nodes.add_node(**small)
+    ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False)
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()
+
+
+def _counting_worker(index):
+    """A worker whose chunks say which actor, weights and step numbers produced them."""
+
+    class Counting:
+        def __init__(self):
+            self.weights, self.next = None, 0
+
+        def load_weights(self, weights):
+            self.weights = weights
+
+        def collect(self, params):
+            steps = list(range(self.next, self.next + 4))
+            self.next += 4
+            return {"index": index, "weights": self.weights, "steps": steps, "params": params}, len(steps)
+
+    return Counting()
+
+
+def test_the_pool_counts_every_chunk_and_restarts_a_killed_actor_with_the_newest_weights(cluster):
+    from rlaccel_plugins.parallel.ray_actors import RayActorPool
+
+    pool = RayActorPool(_counting_worker, 2, max_in_flight=2)
+    pool.start("w0", {"epsilon": 1.0})
+    nodes = set(ray.get([a.node.remote() for a in pool.actors]))
+    received, killed_pid = [], None
+
+    def restarted():
+        return [c for c in received if c.actor == 0 and killed_pid and not c.incarnation.endswith(f":{killed_pid}")]
+
+    deadline = time.monotonic() + 90
+    while (len(received) < 40 or len(restarted()) < 3) and time.monotonic() < deadline:
+        chunks = pool.receive(timeout=60)
+        received += chunks
+        assert len(pool._in_flight) <= 2 * 2                   # back-pressure: bounded requests
+        if killed_pid is None and len(received) >= 10:
+            pool.broadcast("w1", 1)
+            killed_pid = ray.get(pool.actors[0].pid.remote())
+            ray.kill(pool.actors[0], no_restart=False)
+    pool.stop()
+    assert len(nodes) == 2                                     # the actors run on different nodes
+    stats = pool.stats
+    assert stats[0].restarts == 1 and stats[1].restarts == 0
+    assert len(stats[0].incarnations) == 2                     # chunks came from before and after the kill
+    assert sum(s.steps for s in stats) == sum(c.steps for c in received) == 4 * len(received)
+    for i in (0, 1):  # per incarnation, chunks arrive whole and in order, none acknowledged twice
+        for incarnation in stats[i].incarnations:
+            seqs = [c.seq for c in received if c.actor == i and c.incarnation == incarnation]
+            assert seqs == list(range(len(seqs)))
+            firsts = [c.payload["steps"][0] for c in received if c.actor == i and c.incarnation == incarnation]
+            assert firsts == list(range(0, 4 * len(seqs), 4))
+    assert restarted() and all(c.payload["weights"] == "w1" and c.version == 1 for c in restarted())
+    metrics = pool.metrics()
+    assert metrics["ray/restarts"] == 1 and metrics["ray/steps"] == 4 * len(received)
+
+
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_sb3_dqn_keeps_training_when_an_actor_is_killed_and_loses_no_acknowledged_transition(cluster):
+    from stable_baselines3 import DQN
+
+    from rlaccel_sb3 import TieredReplayBuffer
+    from rlaccel_sb3.ray_learn import learn_ray
+    from rlaccel_sb3.train import make_env
+
+    model = DQN("MlpPolicy", make_env("CartPole-v1", 2, 0, accelerated=True), learning_starts=200, train_freq=4,
+                gradient_steps=2, batch_size=32, seed=0, policy_kwargs=dict(net_arch=[32, 32]),
+                replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset="classic_control"))
+    killed = []
+
+    def kill_once(pool, run):
+        if not killed and run.chunks >= 6:
+            killed.append(ray.get(pool.actors[1].pid.remote()))
+            ray.kill(pool.actors[1], no_restart=False)
+
+    run = learn_ray(model, 3_000, "CartPole-v1", actors=2, chunk_steps=8, pool_hook=kill_once)
+    assert killed and run.metrics["ray/restarts"] == 1
+    assert model.num_timesteps == run.stored_steps == 3_000    # every stored transition counted once
+    assert run.received_steps >= run.stored_steps               # the rest arrived after the budget
+    assert run.received_steps == run.metrics["ray/steps"]       # actor counters == learner counters
+    assert model.replay_buffer.engine.stored_rows * model.n_envs == run.stored_steps
+    assert model._n_updates > 0
+    assert run.metrics["ray/actor0/steps"] > 0 and run.metrics["ray/actor1/steps"] > 0
+
+
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+@pytest.mark.parametrize("framework", ["sb3", "tianshou"])
+def test_dqn_learns_cartpole_to_475_with_2_ray_actors(cluster, framework, tmp_path):
+    from rlaccel_plugins.parallel.ray_actors import ray_settings
+    from rlaccel_plugins.training import TrainSpec, run_training
+
+    overrides = {"batch_size": 64, "replay_ratio": 32} if framework == "tianshou" else {}
+    config = rla.load_config(preset="classic_control", parallel_envs=4, **overrides)
+    spec = TrainSpec(framework=framework, algo="dqn", env_id="CartPole-v1", config=config, steps=60_000, seed=0,
+                     eval_freq=2_000, progress=False, logdir=str(tmp_path),
+                     ray=ray_settings(address=cluster.address, actors=2))
+    result = run_training(spec)
+    assert result.final_eval >= 475, result.curve
+    assert result.stats["ray/steps"] >= result.env_steps
+    assert result.stats["ray/actor0/steps"] > 0 and result.stats["ray/actor1/steps"] > 0
+
+
+def test_ray_flags_are_checked_and_a_missing_ray_says_how_to_install(monkeypatch, capsys, tmp_path):
+    assert main(["train", "--actors", "2", "--no-progress", "--logdir", str(tmp_path)]) == 2
+    assert "--actors only apply with --ray" in capsys.readouterr().err
+    assert main(["train", "--ray", "--actors", "0", "--no-progress", "--logdir", str(tmp_path)]) == 2
+    assert "actors must be a positive integer, got actors=0" in capsys.readouterr().err
+    assert main(["train", "--ray", "--ray-address", "nowhere", "--no-progress", "--logdir", str(tmp_path)]) == 2
+    assert "ray_address must be 'auto' or HOST:PORT" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    assert main(["train", "--ray", "--no-progress", "--steps", "100", "--logdir", str(tmp_path)]) == 2
+    assert "pip install 'rlaccel-plugins[ray]'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="needs Ray"):
+        from rlaccel_plugins.parallel.ray_actors import require_ray
+
+        require_ray()
