@@ -7,6 +7,7 @@ import pytest
 
 from rlaccel_plugins.cli import main
 from rlaccel_plugins.progress import TrainingProgress
+from tests.log_helpers import tensorboard_tags
 
 
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")  # MLP: dense set = whole net
@@ -23,22 +24,11 @@ def test_train_saves_model_config_and_evaluation_curve(framework, stock, tmp_pat
     assert "batch_size: 32" in (tmp_path / "rlaccel.yaml").read_text()
     out = capsys.readouterr().out
     assert ("stock:" if stock else "rlaccel[classic_control]:") in out
-    tags = _tensorboard_tags(tmp_path)
+    tags = tensorboard_tags(tmp_path)
     assert "eval/mean_reward" in tags
     if not stock:
         assert result["stats"]["full_updates"] > 0
         assert {"rlaccel/fps", "rlaccel/full_updates", "rlaccel/level_fill/L0", "rlaccel/level_samples/L1"} <= tags
-
-
-def _tensorboard_tags(logdir) -> set[str]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    tags = set()
-    for events in logdir.rglob("events.out.tfevents.*"):
-        accumulator = EventAccumulator(str(events))
-        accumulator.Reload()
-        tags |= set(accumulator.Tags()["scalars"])
-    return tags
 
 
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")

@@ -49,8 +49,13 @@ def require_ray():
 def connect(address: str | None = None, **init_kwargs: Any):
     """Join the Ray cluster at ``address`` (``auto``: the one ``ray start`` runs on this machine;
     ``HOST:PORT``: a head node; None: a local single-node Ray started for this run)."""
+    import signal
+
     ray = require_ray()
     if not ray.is_initialized():
+        # ray.init installs its own fatal-signal handlers in this process; a SIGTERM must still reach
+        # rlaccel's handler (checkpoint, then stop), so the Python-level handlers are put back
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False,
                      ignore_reinit_error=True, **init_kwargs)
@@ -58,7 +63,27 @@ def connect(address: str | None = None, **init_kwargs: Any):
             raise ConfigError(f"could not reach a Ray cluster at ray_address={address!r}: {exc}. Fix: start one "
                               "with `ray start --head` (then --ray-address auto), or give the head node's "
                               "HOST:PORT.") from None
+        finally:
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
     return ray
+
+
+def weightless_copy(module: Any) -> Any:
+    """A copy of a torch module with its tensors on the ``meta`` device (no data): what the actors are
+    built from, kept small so Ray passes it inline. The actor calls ``module.to_empty(device="cpu")``;
+    the weights arrive by :meth:`RayActorPool.broadcast` before its first chunk."""
+    import copy
+
+    optimizer = getattr(module, "optimizer", None)  # SB3 policies carry their optimizer: not for acting
+    if optimizer is not None:
+        module.optimizer = None
+    try:
+        return copy.deepcopy(module).to("meta")
+    finally:
+        if optimizer is not None:
+            module.optimizer = optimizer
 
 
 def ray_settings(address: str | None = None, actors: int = 2, chunk_steps: int = 16,
@@ -77,6 +102,11 @@ def ray_settings(address: str | None = None, actors: int = 2, chunk_steps: int =
         raise ConfigError(f"ray_address must be 'auto' or HOST:PORT, got ray_address={address!r}. "
                           "Fix: --ray-address auto (after `ray start --head` here) or --ray-address 10.0.0.1:6379")
     return {"address": address, "actors": actors, "chunk_steps": chunk_steps, "max_in_flight": max_in_flight}
+
+
+def cpu_weights(module: Any) -> dict:
+    """A CPU copy of ``module``'s ``state_dict``: what is broadcast to the actors."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
 
 
 @dataclass
@@ -169,7 +199,7 @@ class RayActorPool:
     """``num_actors`` rollout actors with bounded requests in flight, weight broadcast and restarts."""
 
     def __init__(self, make_worker: Callable[[int], Any], num_actors: int, *, max_in_flight: int = 2,
-                 num_cpus: float = 1.0, max_consecutive_failures: int = 5) -> None:
+                 num_cpus: float = 1.0, max_consecutive_failures: int = 10) -> None:
         if not isinstance(num_actors, int) or isinstance(num_actors, bool) or num_actors < 1:
             raise ConfigError(f"actors must be a positive integer, got actors={num_actors!r}. Fix: --actors 2")
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
@@ -181,6 +211,7 @@ class RayActorPool:
         self.stats = [ActorStats() for _ in range(num_actors)]
         self._in_flight: dict[Any, int] = {}  # ObjectRef -> actor index
         self._failures = [0] * num_actors
+        self._dead: set[int] = set()  # actors whose requests failed since their last chunk
         self._weights_ref = None
         self._version = 0
         self.params: dict[str, Any] = {}
@@ -214,8 +245,8 @@ class RayActorPool:
         """The chunks ready now (waits for at least one); each one taken frees a request slot of its
         actor, which is refilled at once. Chunks lost with a dead actor are counted, not returned."""
         if not self._in_flight:
-            raise RuntimeError("no actor is collecting: every actor failed "
-                               f"{self.max_consecutive_failures} times in a row")
+            raise RuntimeError("no Ray actor is collecting: every actor's requests failed "
+                               f"{self.max_consecutive_failures} rounds in a row")
         ready, _ = self.ray.wait(list(self._in_flight), num_returns=1, timeout=timeout)
         if not ready:
             raise TimeoutError(f"no chunk arrived from {self.num_actors} Ray actors in {timeout:.0f} s")
@@ -229,6 +260,7 @@ class RayActorPool:
                 self._on_actor_failure(index)
                 continue
             self._failures[index] = 0
+            self._dead.discard(index)
             chunk.latency = max(0.0, now - chunk.finished_at)
             stats = self.stats[index]
             stats.chunks += 1
@@ -247,16 +279,18 @@ class RayActorPool:
     def _on_actor_failure(self, index: int) -> None:
         stats = self.stats[index]
         stats.lost_chunks += 1
-        self._failures[index] += 1
+        if index not in self._dead:
+            self._dead.add(index)
+            stats.restarts += 1  # it was working: it died, and Ray restarts it
+        if any(i == index for i in self._in_flight.values()):
+            return  # wait until every request sent to the dead incarnation has failed
+        self._failures[index] += 1  # rounds of requests that all failed since the last chunk
         if self._failures[index] > self.max_consecutive_failures:
             return  # given up on: no new requests for this actor
-        if not any(i == index for i in self._in_flight.values()):
-            # every request of the dead incarnation has failed now: Ray restarts the actor; send it
-            # the newest weights first (calls to one actor run in order), then new requests
-            stats.restarts += 1
-            self.actors[index].load_weights.remote(self._weights_ref, self._version)
-            for _ in range(self.max_in_flight):
-                self._request(index)
+        # calls to one actor run in order: the restarted actor gets the newest weights, then requests
+        self.actors[index].load_weights.remote(self._weights_ref, self._version)
+        for _ in range(self.max_in_flight):
+            self._request(index)
 
     # ------------------------------------------------------------------ metrics
     def metrics(self, learner_version: int | None = None, recent: list[Chunk] | None = None) -> dict[str, float]:

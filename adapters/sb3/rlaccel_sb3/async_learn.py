@@ -123,8 +123,9 @@ class OffPolicyLearner:
     elsewhere (an actor thread, Ray actors): SB3's per-step bookkeeping and callbacks for each vector
     step, and SB3's own ``train(gradient_steps)`` after every ``train_freq`` steps."""
 
-    def __init__(self, model: OffPolicyAlgorithm, callback: Any, total_timesteps: int) -> None:
+    def __init__(self, model: OffPolicyAlgorithm, callback: Any, total_timesteps: int, log_interval: int = 4) -> None:
         self.model, self.callback, self.total_timesteps = model, callback, total_timesteps
+        self.log_interval = log_interval  # SB3's off-policy default
         self.gradient_steps = 0
         self.stopped = False  # a callback asked to stop
         self._rollout_steps = 0
@@ -142,6 +143,10 @@ class OffPolicyLearner:
                       self.total_timesteps):
             self.stopped = True
             return False
+        for _ in range(int(np.sum(dones))):  # SB3 writes its logs (TensorBoard, stdout) every log_interval episodes
+            model._episode_num += 1
+            if self.log_interval and model._episode_num % self.log_interval == 0:
+                model.dump_logs()
         self._rollout_steps += 1
         if self._rollout_steps < model.train_freq.frequency:
             return True
@@ -168,5 +173,4 @@ def _store(model, callback, obs, buffer_actions, new_obs, rewards, dones, infos,
     model._store_transition(model.replay_buffer, buffer_actions, new_obs, rewards, dones, infos)
     model._update_current_progress_remaining(model.num_timesteps, total_timesteps)
     model._on_step()
-    model._episode_num += int(np.sum(dones))
     return True

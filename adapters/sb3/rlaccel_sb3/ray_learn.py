@@ -18,7 +18,6 @@ Examples:
 
 from __future__ import annotations
 
-import copy
 import functools
 from typing import Any
 
@@ -26,7 +25,7 @@ import numpy as np
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
-from rlaccel_plugins.parallel.ray_actors import RayActorPool, RayRun, connect
+from rlaccel_plugins.parallel.ray_actors import RayActorPool, RayRun, connect, cpu_weights, weightless_copy
 from rlaccel_sb3.async_learn import OffPolicyLearner, choose_actions, replay_ratio
 
 INFO_KEYS = ("terminal_observation", "TimeLimit.truncated", "episode", "is_success")
@@ -43,7 +42,7 @@ class Sb3RolloutWorker:
 
         torch.set_num_threads(1)  # an actor is one CPU of the cluster
         self.env = make_env(env_id, n_envs, seed + 1_000 * (index + 1), accelerated)
-        self.policy, self.n_envs, self.chunk_steps = policy, n_envs, chunk_steps
+        self.policy, self.n_envs, self.chunk_steps = policy.to_empty(device="cpu"), n_envs, chunk_steps
         self.policy.set_training_mode(False)
         self.rng = np.random.default_rng(seed + index)
         self.obs = self.env.reset()
@@ -88,12 +87,11 @@ def learn_ray(model: OffPolicyAlgorithm, total_timesteps: int, env_id: str, *, a
     total_timesteps, callback = model._setup_learn(total_timesteps, callback, reset_num_timesteps)
     callback.on_training_start(locals(), globals())
     replay_ratio(model)  # validates train_freq
-    acting = copy.deepcopy(model.policy).to("cpu")
-    make_worker = functools.partial(_make_worker, env_id=env_id, n_envs=model.n_envs, seed=model.seed or 0,
-                                    policy=acting, chunk_steps=chunk_steps, accelerated=accelerated)
+    make_worker = functools.partial(Sb3RolloutWorker, env_id=env_id, n_envs=model.n_envs, seed=model.seed or 0,
+                                    policy=weightless_copy(model.policy), chunk_steps=chunk_steps, accelerated=accelerated)
     pool = RayActorPool(make_worker, actors, max_in_flight=max_in_flight)
     learner, run, version = OffPolicyLearner(model, callback, total_timesteps), RayRun(), 0
-    pool.start(_cpu_weights(model), _exploration(model), version)
+    pool.start(cpu_weights(model.policy), _exploration(model), version)
     try:
         while not learner.finished:
             pool.params = _exploration(model)
@@ -108,7 +106,7 @@ def learn_ray(model: OffPolicyAlgorithm, total_timesteps: int, env_id: str, *, a
                         run.stored_steps += model.n_envs
                 if learner.gradient_steps - version >= sync_interval:
                     version = learner.gradient_steps
-                    pool.broadcast(_cpu_weights(model), version)
+                    pool.broadcast(cpu_weights(model.policy), version)
             if run.measure(pool, learner.gradient_steps, chunks, every=log_every):
                 for key, value in run.metrics.items():
                     model.logger.record(f"rlaccel/{key}", value)
@@ -121,14 +119,6 @@ def learn_ray(model: OffPolicyAlgorithm, total_timesteps: int, env_id: str, *, a
         pool.stop()  # requests still in flight are dropped: they were never acknowledged
     callback.on_training_end()
     return run
-
-
-def _make_worker(index: int, **kwargs: Any) -> Sb3RolloutWorker:
-    return Sb3RolloutWorker(index, **kwargs)
-
-
-def _cpu_weights(model: OffPolicyAlgorithm) -> dict:
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.policy.state_dict().items()}
 
 
 def _exploration(model: OffPolicyAlgorithm) -> dict[str, Any]:

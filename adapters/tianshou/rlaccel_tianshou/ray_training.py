@@ -14,14 +14,13 @@ Examples:
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from rlaccel_plugins.parallel.ray_actors import RayActorPool, RayRun, connect
+from rlaccel_plugins.parallel.ray_actors import RayActorPool, RayRun, connect, cpu_weights, weightless_copy
 from rlaccel_tianshou.async_training import ChunkCollector, OffPolicyLearner
 
 
@@ -35,7 +34,7 @@ class TianshouRolloutWorker:
 
         torch.set_num_threads(1)  # an actor is one CPU of the cluster
         envs = _envs(env_id, n_envs, seed + 1_000 * (index + 1), True)
-        self.chunks = ChunkCollector(policy, envs, chunk_steps)
+        self.chunks = ChunkCollector(policy.to_empty(device="cpu"), envs, chunk_steps)
 
     def load_weights(self, weights: dict) -> None:
         self.chunks.policy.load_state_dict(weights)
@@ -61,12 +60,12 @@ def train_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
     """
     connect(address)
     policy = algorithm.policy
-    make_worker = functools.partial(_make_worker, env_id=env_id, n_envs=buffer.buffer_num, seed=_seed(),
-                                    policy=copy.deepcopy(policy).to("cpu"), chunk_steps=chunk_steps)
+    make_worker = functools.partial(TianshouRolloutWorker, env_id=env_id, n_envs=buffer.buffer_num, seed=_seed(),
+                                    policy=weightless_copy(policy), chunk_steps=chunk_steps)
     pool = RayActorPool(make_worker, actors, max_in_flight=max_in_flight)
     learner, run, version = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample), \
         RayRun(), 0
-    pool.start(_cpu_weights(policy), _exploration(policy), version)
+    pool.start(cpu_weights(policy), _exploration(policy), version)
     try:
         while not learner.finished(should_stop):
             pool.params = _exploration(policy)
@@ -82,7 +81,7 @@ def train_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
                 learner.update()
                 if learner.updates - version >= sync_interval:
                     version = learner.updates
-                    pool.broadcast(_cpu_weights(policy), version)
+                    pool.broadcast(cpu_weights(policy), version)
             if run.measure(pool, learner.updates, chunks, every=log_every) and on_metrics is not None:
                 on_metrics(run.metrics)
             if pool_hook is not None:
@@ -93,16 +92,8 @@ def train_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
     return run
 
 
-def _make_worker(index: int, **kwargs: Any) -> TianshouRolloutWorker:
-    return TianshouRolloutWorker(index, **kwargs)
-
-
 def _seed() -> int:
     return int(np.random.randint(0, 2**31 - 1))  # follows np.random.seed(spec.seed) of the run
-
-
-def _cpu_weights(policy: Any) -> dict:
-    return {k: v.detach().to("cpu", copy=True) for k, v in policy.state_dict().items()}
 
 
 def _exploration(policy: Any) -> dict[str, Any]:
