@@ -20,14 +20,15 @@ import time
 from pathlib import Path
 
 
-def _model(n_envs: int, steps: int):
+def _model(n_envs: int):
     from stable_baselines3 import DQN
 
     from rlaccel_sb3 import TieredReplayBuffer
     from rlaccel_sb3.train import make_env
 
-    model = DQN("MlpPolicy", make_env("CartPole-v1", n_envs, 0, accelerated=True), learning_starts=10 * steps,
-                exploration_initial_eps=0.05, exploration_final_eps=0.05, train_freq=1, seed=0,
+    # learning_starts=0: the policy acts (batched inference) from the first step; gradient_steps=0: no updates
+    model = DQN("MlpPolicy", make_env("CartPole-v1", n_envs, 0, accelerated=True), learning_starts=0,
+                exploration_initial_eps=0.05, exploration_final_eps=0.05, train_freq=1, gradient_steps=0, seed=0,
                 replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset="classic_control"))
     return model
 
@@ -35,7 +36,7 @@ def _model(n_envs: int, steps: int):
 def single_process(steps: int, n_envs: int) -> dict:
     from stable_baselines3.common.callbacks import BaseCallback
 
-    model = _model(n_envs, steps)
+    model = _model(n_envs)
     marks = {}
 
     class Clock(BaseCallback):
@@ -53,7 +54,7 @@ def single_process(steps: int, n_envs: int) -> dict:
 def with_ray(steps: int, n_envs: int, actors: int, chunk_steps: int) -> dict:
     from rlaccel_sb3.ray_learn import learn_ray
 
-    model = _model(n_envs, steps)
+    model = _model(n_envs)
     marks = {}
     begin = time.perf_counter()
 
