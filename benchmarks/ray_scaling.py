@@ -8,6 +8,7 @@ per actor, is reported separately). The per-transition overhead of the Ray path 
 per stored transition with Ray minus without.
 
     python benchmarks/ray_scaling.py --steps 40000 --actors 1,2,4
+    python benchmarks/ray_scaling.py --learn-seeds 3     # also: DQN to 475, one machine vs 2 Ray actors
 """
 
 from __future__ import annotations
@@ -70,12 +71,28 @@ def with_ray(steps: int, n_envs: int, actors: int, chunk_steps: int) -> dict:
             "chunk_latency_ms": run.metrics["ray/chunk_latency_ms"]}
 
 
+def time_to_475(seed: int, actors: int | None) -> dict:
+    """`rlaccel train` (SB3 DQN, classic_control, 4 envs) to a 475 evaluation, on one machine or on Ray."""
+    import rlaccel_plugins as rla
+    from rlaccel_plugins.parallel.ray_actors import ray_settings
+    from rlaccel_plugins.training import TrainSpec, run_training
+
+    spec = TrainSpec(framework="sb3", algo="dqn", env_id="CartPole-v1", seed=seed, steps=60_000, progress=False,
+                     config=rla.load_config(preset="classic_control", parallel_envs=4), eval_freq=1_000,
+                     ray=ray_settings(actors=actors) if actors else None)
+    result = run_training(spec)
+    seconds, steps = result.time_to_threshold(475)
+    return {"variant": f"ray, {actors} actors x 4 envs" if actors else "one machine (4 envs)", "seed": seed,
+            "seconds": seconds, "env_steps": steps}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40_000)
     parser.add_argument("--actors", default="1,2,4")
     parser.add_argument("--envs-per-actor", type=int, default=4)
     parser.add_argument("--chunk-steps", type=int, default=16)
+    parser.add_argument("--learn-seeds", type=int, default=0, help="also time DQN to 475 (one machine vs 2 actors)")
     parser.add_argument("--out", default="benchmarks/results/ray_scaling")
     args = parser.parse_args()
 
@@ -96,11 +113,23 @@ def main() -> None:
                      f"{row['startup_s']:.1f} | {row.get('chunk_latency_ms', 0):.1f} |")
     if overhead_us is not None:
         lines += ["", f"Per-transition overhead of the Ray path (1 actor vs single process): {overhead_us:+.1f} µs"]
+    learn = [time_to_475(seed, actors) for seed in range(args.learn_seeds) for actors in (None, 2)]
+    if learn:
+        import statistics
+
+        lines += ["", "SB3 DQN rlaccel[classic_control] to a 475 evaluation (training time includes the actors' "
+                  "start-up):", "", "| variant | reached | median time | median env steps |", "|---|---:|---:|---:|"]
+        for name in dict.fromkeys(r["variant"] for r in learn):
+            runs = [r for r in learn if r["variant"] == name and r["seconds"] is not None]
+            n = sum(r["variant"] == name for r in learn)
+            median = (f"{statistics.median(r['seconds'] for r in runs):.1f} s | "
+                      f"{statistics.median(r['env_steps'] for r in runs):,.0f}") if runs else "— | —"
+            lines.append(f"| {name} | {len(runs)}/{n} | {median} |")
     text = "\n".join(lines)
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows,
+    (out / "results.json").write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows, "learn": learn,
                                                   "overhead_us_per_transition": overhead_us}, indent=2))
     (out / "results.md").write_text(text + "\n")
 
