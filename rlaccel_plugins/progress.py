@@ -60,15 +60,15 @@ class TrainingProgress:
     def _info(self, now: float) -> str:
         fps = self.steps / max(now - self._start, 1e-9)
         parts = [f"{fps:,.0f} fps"]
+        if "actors" in self.fields:  # Ray scale-out: the actors' own rate and the policy lag
+            parts.append(f"{self.fields['actors']} actors {self.fields.get('actor_fps', 0):,.0f} fps "
+                         f"lag {self.fields.get('lag', 0):.0f}")
         if "reward" in self.fields:
             parts.append(f"reward {self.fields['reward']:.1f}")
         if "eval" in self.fields:
             parts.append(f"eval {self.fields['eval']:.1f}")
         if "full" in self.fields or "dense" in self.fields:
             parts.append(f"updates {self.fields.get('full', 0):,.0f} full / {self.fields.get('dense', 0):,.0f} dense")
-        if "actors" in self.fields:  # Ray scale-out
-            parts.append(f"{self.fields['actors']} actors {self.fields.get('actor_fps', 0):,.0f} fps, "
-                         f"lag {self.fields.get('lag', 0):.0f} updates")
         return " | ".join(parts)
 
     def _draw(self, now: float) -> None:
