@@ -145,3 +145,27 @@ def test_tianshou_trains_with_fp16_loss_scaling(tmp_path):
                                     logdir=str(tmp_path)))
     assert result.stats["loss_scale"] > 0
     assert result.stats["guarded_steps"] > 100
+
+
+def test_tianshou_q_values_reach_the_loss_in_fp32_while_the_network_runs_in_bf16():
+    """Tianshou casts its n-step returns to the Q-values' dtype (`to_torch_as`): bf16 Q-values would round
+    the targets to 3 significant digits (measured: bf16 DQN needed 26k env steps for 475 instead of 6k)."""
+    import gymnasium as gym
+    import numpy as np
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Batch
+    from tianshou.utils.net.common import Net
+
+    from rlaccel_tianshou import SparseDenseWrapper
+
+    net = Net(state_shape=4, action_shape=2, hidden_sizes=[32, 32])
+    policy = DiscreteQLearningPolicy(model=net, action_space=gym.make("CartPole-v1").action_space)
+    algorithm = SparseDenseWrapper(DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3)),
+                                   config=rla.load_config(dtype="bf16"))
+    batch = Batch(obs=np.ones((3, 4), np.float32), info={})
+    with algorithm._autocast():
+        assert net(torch.ones(3, 4))[0].dtype == torch.bfloat16     # the matmuls run in bf16
+        assert policy(batch).logits.dtype == torch.float32          # what the loss sees
+    assert not policy._forward_hooks                                 # nothing left behind

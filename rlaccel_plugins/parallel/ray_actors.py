@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlaccel_plugins.errors import ConfigError
+from rlaccel_plugins.errors import ConfigError, invalid
 
 INSTALL_HINT = "Fix: pip install 'rlaccel-plugins[ray]' (or pip install ray)."
 
@@ -95,13 +95,16 @@ def ray_settings(address: str | None = None, actors: int = 2, chunk_steps: int =
         4
     """
     for name, value in (("actors", actors), ("chunk_steps", chunk_steps), ("max_in_flight", max_in_flight)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {name}={value!r}. "
-                              f"Fix: e.g. --{name.replace('_', '-')} 2")
+        _check_positive(name, value)
     if address is not None and (not isinstance(address, str) or (address != "auto" and ":" not in address)):
         raise ConfigError(f"ray_address must be 'auto' or HOST:PORT, got ray_address={address!r}. "
                           "Fix: --ray-address auto (after `ray start --head` here) or --ray-address 10.0.0.1:6379")
     return {"address": address, "actors": actors, "chunk_steps": chunk_steps, "max_in_flight": max_in_flight}
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise invalid(name, "be a positive integer", value, f"Fix: e.g. --{name.replace('_', '-')} 2")
 
 
 def cpu_weights(module: Any) -> dict:
@@ -200,10 +203,8 @@ class RayActorPool:
 
     def __init__(self, make_worker: Callable[[int], Any], num_actors: int, *, max_in_flight: int = 2,
                  num_cpus: float = 1.0, max_consecutive_failures: int = 10) -> None:
-        if not isinstance(num_actors, int) or isinstance(num_actors, bool) or num_actors < 1:
-            raise ConfigError(f"actors must be a positive integer, got actors={num_actors!r}. Fix: --actors 2")
-        if not isinstance(max_in_flight, int) or max_in_flight < 1:
-            raise ConfigError(f"max_in_flight must be a positive integer, got max_in_flight={max_in_flight!r}.")
+        _check_positive("actors", num_actors)
+        _check_positive("max_in_flight", max_in_flight)
         self.ray = require_ray()
         self.make_worker, self.num_actors, self.max_in_flight = make_worker, num_actors, max_in_flight
         self.num_cpus, self.max_consecutive_failures = num_cpus, max_consecutive_failures
@@ -308,3 +309,36 @@ class RayActorPool:
         if learner_version is not None and recent:
             out["ray/policy_lag"] = sum(learner_version - c.version for c in recent) / len(recent)
         return out
+
+
+def feed_learner(pool: RayActorPool, *, store: Callable[[Chunk], int], finished: Callable[[], bool],
+                 updates: Callable[[], int], weights: Callable[[], Any], params: Callable[[], dict[str, Any]],
+                 sync_interval: int, on_metrics: Callable[[dict[str, float]], None] | None = None,
+                 pool_hook: Callable[[RayActorPool, RayRun], None] | None = None, log_every: int = 10) -> RayRun:
+    """The learner's loop over ``pool``, framework-agnostic: start the actors, store every chunk that
+    arrives (``store(chunk)`` returns the transitions it stored, 0 once the budget is spent), send new
+    weights every ``sync_interval`` updates, report metrics; stop the actors whatever happens.
+
+    ``updates()`` is the learner's gradient-step count (the policy version), ``params()`` what travels
+    with each request (exploration), ``pool_hook(pool, run)`` runs after each batch of chunks.
+    """
+    run, synced = RayRun(), updates()
+    pool.start(weights(), params(), synced)
+    try:
+        while not finished():
+            pool.params = params()
+            chunks = pool.receive()
+            for chunk in chunks:
+                run.received(chunk)
+                run.stored_steps += store(chunk)
+                if updates() - synced >= sync_interval:
+                    synced = updates()
+                    pool.broadcast(weights(), synced)
+            if run.measure(pool, updates(), chunks, every=log_every) and on_metrics is not None:
+                on_metrics(run.metrics)
+            if pool_hook is not None:
+                pool_hook(pool, run)
+    finally:
+        run.measure(pool, updates())
+        pool.stop()  # requests still in flight are dropped: they were never acknowledged
+    return run

@@ -25,7 +25,9 @@ import numpy as np
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
-from rlaccel_plugins.parallel.ray_actors import RayActorPool, RayRun, connect, cpu_weights, weightless_copy
+from rlaccel_plugins.errors import ConfigError
+from rlaccel_plugins.parallel.ray_actors import (RayActorPool, RayRun, connect, cpu_weights, feed_learner,
+                                                 weightless_copy)
 from rlaccel_sb3.async_learn import OffPolicyLearner, choose_actions, replay_ratio
 
 INFO_KEYS = ("terminal_observation", "TimeLimit.truncated", "episode", "is_success")
@@ -76,47 +78,40 @@ def learn_ray(model: OffPolicyAlgorithm, total_timesteps: int, env_id: str, *, a
     """
     if not isinstance(model, OffPolicyAlgorithm):
         raise TypeError(f"model must be an off-policy SB3 algorithm, got {type(model).__name__}. "
-                        "On-policy algorithms (PPO, A2C) train on their own fresh rollouts: use --async off.")
+                        "On-policy algorithms (PPO, A2C) learn from fresh rollouts only: train them without --ray.")
     if unwrap_vec_normalize(model.env) is not None:
-        raise ValueError("Ray collection does not support VecNormalize, got a VecNormalize env. "
+        raise ConfigError("Ray collection does not support VecNormalize, got a VecNormalize env. "
                          "Train on one machine (model.learn) with VecNormalize.")
     if model.action_noise is not None:
-        raise ValueError(f"Ray collection does not add action noise on the actors yet, got "
+        raise ConfigError(f"Ray collection does not add action noise on the actors yet, got "
                          f"action_noise={model.action_noise!r}. Use SAC (no noise) or train on one machine.")
     connect(address)
     total_timesteps, callback = model._setup_learn(total_timesteps, callback, reset_num_timesteps)
     callback.on_training_start(locals(), globals())
     replay_ratio(model)  # validates train_freq
     make_worker = functools.partial(Sb3RolloutWorker, env_id=env_id, n_envs=model.n_envs, seed=model.seed or 0,
-                                    policy=weightless_copy(model.policy), chunk_steps=chunk_steps, accelerated=accelerated)
-    pool = RayActorPool(make_worker, actors, max_in_flight=max_in_flight)
-    learner, run, version = OffPolicyLearner(model, callback, total_timesteps), RayRun(), 0
-    pool.start(cpu_weights(model.policy), _exploration(model), version)
-    try:
-        while not learner.finished:
-            pool.params = _exploration(model)
-            chunks = pool.receive()
-            for chunk in chunks:
-                run.received(chunk)
-                last = len(chunk.payload) - 1
-                for t, (obs, buffer_actions, new_obs, rewards, dones, infos) in enumerate(chunk.payload):
-                    if t == last:
-                        infos = _stream_break(infos, dones)
-                    if learner.store(obs, buffer_actions, new_obs, rewards, dones, infos):
-                        run.stored_steps += model.n_envs
-                if learner.gradient_steps - version >= sync_interval:
-                    version = learner.gradient_steps
-                    pool.broadcast(cpu_weights(model.policy), version)
-            if run.measure(pool, learner.gradient_steps, chunks, every=log_every):
-                for key, value in run.metrics.items():
-                    model.logger.record(f"rlaccel/{key}", value)
-                if on_metrics is not None:
-                    on_metrics(run.metrics)
-            if pool_hook is not None:
-                pool_hook(pool, run)
-    finally:
-        run.measure(pool, learner.gradient_steps)
-        pool.stop()  # requests still in flight are dropped: they were never acknowledged
+                                    policy=weightless_copy(model.policy), chunk_steps=chunk_steps,
+                                    accelerated=accelerated)
+    learner = OffPolicyLearner(model, callback, total_timesteps)
+
+    def store(chunk) -> int:
+        stored, last = 0, len(chunk.payload) - 1
+        for t, (obs, buffer_actions, new_obs, rewards, dones, infos) in enumerate(chunk.payload):
+            if t == last:
+                infos = _stream_break(infos, dones)
+            stored += model.n_envs if learner.store(obs, buffer_actions, new_obs, rewards, dones, infos) else 0
+        return stored
+
+    def report(metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            model.logger.record(f"rlaccel/{key}", value)
+        if on_metrics is not None:
+            on_metrics(metrics)
+
+    run = feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), store=store,
+                       finished=lambda: learner.finished, updates=lambda: learner.gradient_steps,
+                       weights=lambda: cpu_weights(model.policy), params=lambda: _exploration(model),
+                       sync_interval=sync_interval, on_metrics=report, pool_hook=pool_hook, log_every=log_every)
     callback.on_training_end()
     return run
 

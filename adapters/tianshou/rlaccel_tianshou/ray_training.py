@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from rlaccel_plugins.parallel.ray_actors import RayActorPool, RayRun, connect, cpu_weights, weightless_copy
+from rlaccel_plugins.parallel.ray_actors import (RayActorPool, RayRun, connect, cpu_weights, feed_learner,
+                                                 weightless_copy)
 from rlaccel_tianshou.async_training import ChunkCollector, OffPolicyLearner
 
 
@@ -62,33 +63,25 @@ def train_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
     policy = algorithm.policy
     make_worker = functools.partial(TianshouRolloutWorker, env_id=env_id, n_envs=buffer.buffer_num, seed=_seed(),
                                     policy=weightless_copy(policy), chunk_steps=chunk_steps)
-    pool = RayActorPool(make_worker, actors, max_in_flight=max_in_flight)
-    learner, run, version = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample), \
-        RayRun(), 0
-    pool.start(cpu_weights(policy), _exploration(policy), version)
-    try:
-        while not learner.finished(should_stop):
-            pool.params = _exploration(policy)
-            chunks = pool.receive()
-            for chunk in chunks:
-                run.received(chunk)
-                if learner.finished(should_stop):
-                    continue  # arrived after the budget was spent: acknowledged, not stored
-                rows, returns = chunk.payload
-                run.stored_steps += learner.store(rows, stream_break=True)
-                if on_chunk is not None:
-                    on_chunk(learner.stored, returns)
-                learner.update()
-                if learner.updates - version >= sync_interval:
-                    version = learner.updates
-                    pool.broadcast(cpu_weights(policy), version)
-            if run.measure(pool, learner.updates, chunks, every=log_every) and on_metrics is not None:
-                on_metrics(run.metrics)
-            if pool_hook is not None:
-                pool_hook(pool, run)
-    finally:
-        run.measure(pool, learner.updates)
-        pool.stop()
+    learner = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample)
+
+    def finished() -> bool:
+        return learner.finished(should_stop)
+
+    def store(chunk) -> int:
+        if finished():
+            return 0  # arrived after the budget was spent: acknowledged, not stored
+        rows, returns = chunk.payload
+        added = learner.store(rows, stream_break=True)
+        if on_chunk is not None:
+            on_chunk(learner.stored, returns)
+        learner.update()
+        return added
+
+    run = feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), store=store,
+                       finished=finished, updates=lambda: learner.updates, weights=lambda: cpu_weights(policy),
+                       params=lambda: _exploration(policy), sync_interval=sync_interval, on_metrics=on_metrics,
+                       pool_hook=pool_hook, log_every=log_every)
     return run
 
 

@@ -81,7 +81,8 @@ class _SparseDenseMixin:
     def _autocast(self):
         """The update path under ``precision.dtype`` (autocast, with loss scaling for fp16; fp32: nothing)."""
         device = next(self.wrapped_algorithm.parameters()).device
-        return update_autocast(self.rlaccel_config.precision.dtype, str(device), self.guard)
+        trained = [optimizer._module for optimizer in self.wrapped_algorithm._optimizers]
+        return update_autocast(self.rlaccel_config.precision.dtype, str(device), self.guard, fp32_outputs_of=trained)
 
     def _preprocess_batch(self, batch, buffer, indices):
         self._last_buffer = buffer
