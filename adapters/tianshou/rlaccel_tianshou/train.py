@@ -277,39 +277,39 @@ def _train_sync(run: _Run, algorithm, training_collector, eval_collector, batch,
     return run.offset + int(training_collector.collect_step)
 
 
+class _ChunkEvaluation:
+    """For chunked training (async, Ray): after each stored chunk, the run's schedules and progress, and an
+    evaluation (off the clock) every ``eval_freq`` env steps; :attr:`stop` once the threshold is reached."""
+
+    def __init__(self, run: _Run, eval_collector) -> None:
+        self.run, self.evaluate = run, _evaluate_fn(run.spec, eval_collector)
+        self.next_eval = (run.offset // run.spec.eval_freq + 1) * run.spec.eval_freq
+        self.stop = False
+
+    def __call__(self, env_steps: int, _collected=None) -> None:
+        run = self.run
+        run.collected(env_steps)
+        if run.env_step >= self.next_eval:
+            self.next_eval += run.spec.eval_freq
+            self.stop = run.evaluated(run.clock.evaluate(run.env_step, self.evaluate))
+
+
 def _train_async(run: _Run, buffer, batch, ups, eval_collector) -> int:
     """Collection in an actor thread (see :mod:`rlaccel_tianshou.async_training`)."""
     from rlaccel_tianshou.async_training import train_async
 
-    spec = run.spec
-    state = {"next_eval": (run.offset // spec.eval_freq + 1) * spec.eval_freq, "stop": False}
-    evaluate = _evaluate_fn(spec, eval_collector)
-
-    def on_chunk(env_steps: int, stats) -> None:
-        run.collected(env_steps)
-        if run.env_step >= state["next_eval"]:
-            state["next_eval"] += spec.eval_freq
-            state["stop"] = run.evaluated(run.clock.evaluate(run.env_step, evaluate))
-
+    spec, on_chunk = run.spec, _ChunkEvaluation(run, eval_collector)
     envs = _envs(spec.env_id, buffer.buffer_num, spec.seed + 1 + run.offset, True)
     return run.offset + train_async(run.monitor.algorithm, envs, buffer, run.remaining, batch_size=batch,
                                     gradient_steps_per_sample=ups, sync_interval=spec.config.training.sync_interval,
-                                    on_chunk=on_chunk, should_stop=lambda: state["stop"])
+                                    on_chunk=on_chunk, should_stop=lambda: on_chunk.stop)
 
 
 def _train_ray(run: _Run, buffer, batch, ups, eval_collector) -> tuple[int, dict]:
     """Collection on Ray actors (see :mod:`rlaccel_tianshou.ray_training`)."""
     from rlaccel_tianshou.ray_training import train_ray
 
-    spec = run.spec
-    state = {"next_eval": (run.offset // spec.eval_freq + 1) * spec.eval_freq, "stop": False}
-    evaluate = _evaluate_fn(spec, eval_collector)
-
-    def on_chunk(env_steps: int, returns) -> None:
-        run.collected(env_steps)
-        if run.env_step >= state["next_eval"]:
-            state["next_eval"] += spec.eval_freq
-            state["stop"] = run.evaluated(run.clock.evaluate(run.env_step, evaluate))
+    spec, on_chunk = run.spec, _ChunkEvaluation(run, eval_collector)
 
     def on_metrics(metrics: dict) -> None:
         run.monitor.progress.update(run.env_step, actors=spec.ray["actors"], lag=metrics.get("ray/policy_lag"),
@@ -320,5 +320,5 @@ def _train_ray(run: _Run, buffer, batch, ups, eval_collector) -> tuple[int, dict
                         chunk_steps=spec.ray["chunk_steps"], max_in_flight=spec.ray["max_in_flight"],
                         batch_size=batch, gradient_steps_per_sample=ups, address=spec.ray["address"],
                         sync_interval=spec.config.training.sync_interval, on_chunk=on_chunk,
-                        should_stop=lambda: state["stop"], on_metrics=on_metrics)
+                        should_stop=lambda: on_chunk.stop, on_metrics=on_metrics)
     return run.offset + ray_run.stored_steps, ray_run.metrics
