@@ -57,7 +57,7 @@ def test_async_sac_runs_with_action_scaling():
 def test_async_dqn_learns_cartpole():
     model = DQN("MlpPolicy", "CartPole-v1", learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
                 learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
-                exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]),
+                exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[64, 64]),
                 seed=0)
     learn_async(model, 30_000, sync_interval=50)
     mean, _ = evaluate_policy(model, model.get_env(), n_eval_episodes=10)
