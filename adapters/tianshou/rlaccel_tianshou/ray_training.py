@@ -78,11 +78,10 @@ def train_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
         learner.update()
         return added
 
-    run = feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), store=store,
-                       finished=finished, updates=lambda: learner.updates, weights=lambda: cpu_weights(policy),
-                       params=lambda: _exploration(policy), sync_interval=sync_interval, on_metrics=on_metrics,
-                       pool_hook=pool_hook, log_every=log_every)
-    return run
+    return feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), store=store,
+                        finished=finished, updates=lambda: learner.updates, weights=lambda: cpu_weights(policy),
+                        params=lambda: _exploration(policy), sync_interval=sync_interval, on_metrics=on_metrics,
+                        pool_hook=pool_hook, log_every=log_every)
 
 
 def _seed() -> int:
