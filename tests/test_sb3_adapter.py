@@ -14,6 +14,7 @@ from stable_baselines3.common.envs import SimpleMultiObsEnv
 from stable_baselines3.common.vec_env import VecNormalize
 
 import rlaccel_plugins as rla
+from rlaccel_plugins.errors import RlaccelWarning
 import rlaccel_sb3
 from rlaccel_sb3 import SparseDenseCallback, TieredDictReplayBuffer, TieredReplayBuffer
 from rlaccel_sb3.weights import ImportanceWeightHook
@@ -201,7 +202,9 @@ def test_importance_weights_scale_the_loss_exactly():
     model = small_model("dqn", replay_buffer_class=TieredReplayBuffer,
                         replay_buffer_kwargs=dict(level_capacity=[50, 450], sampling_ratio=[0.5, 0.5],
                                                   importance_beta=1.0))
-    model.learn(300)
+    with pytest.warns(RlaccelWarning, match="nothing applies the weights.*SparseDenseCallback") as warned:
+        model.learn(300)  # without the callback: trains unweighted, and says so once
+    assert len(warned) == 1
     buf, q_net = model.replay_buffer, model.q_net
     q_net.train()
     data = buf.sample(32)

@@ -134,3 +134,20 @@ class TieredSampler:
     def load_state_dict(self, state: dict) -> None:
         self.rng.bit_generator.state = state["rng"]
         self.level_samples[:] = state["level_samples"]
+
+
+def seed_from_numpy_global_state() -> int:
+    """A seed derived from numpy's global RNG state, without drawing from it.
+
+    For buffers a framework builds after seeding numpy's global RNG but without passing a seed
+    (SB3's ``set_random_seed``): the same global state gives the same seed, and the global stream,
+    which the framework's exploration draws from, is left exactly as it was.
+
+    Examples:
+        >>> np.random.seed(0); a = seed_from_numpy_global_state(); x = np.random.rand()
+        >>> np.random.seed(0); b = seed_from_numpy_global_state(); y = np.random.rand()
+        >>> a == b and x == y
+        True
+    """
+    _, keys, position, *_ = np.random.get_state()
+    return int(np.random.SeedSequence([*keys.tolist(), int(position)]).generate_state(1, np.uint64)[0])

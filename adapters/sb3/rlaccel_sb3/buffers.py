@@ -5,10 +5,19 @@ Only the storage and the choice of rows change. SB3's contract is kept: ``sample
 (``TimeLimit.truncated``), n-step returns (``n_steps`` / ``gamma``, the same computation as SB3's
 ``NStepReplayBuffer``), sampling with replacement, ``pos`` / ``full`` / ``buffer_size`` / ``dones``,
 pickling for ``save_replay_buffer`` / ``load_replay_buffer``.
+
+Inputs are taken as SB3 takes them: each value is assigned into a row of the stored shape and dtype,
+so numpy decides (a ``(1, n)`` value broadcasts, a scalar reward fills every env, a float action
+``1.0`` of a Discrete space is stored as ``1``). Two documented exceptions raise ``ConfigError``:
+NaN/Inf, and non-integral floats for an integer field (SB3 would silently truncate ``0.7`` to ``0``).
+Without an explicit ``seed`` the sampler's seed is derived from numpy's global RNG state (which SB3
+seeds from the model's ``seed`` before it builds the buffer) without drawing from it, so a seeded
+model gives a reproducible run and every other random draw of the run is unchanged.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,8 +27,39 @@ from stable_baselines3.common.type_aliases import DictReplayBufferSamples, Repla
 from stable_baselines3.common.vec_env import VecNormalize
 
 from rlaccel_plugins.config import _int
+from rlaccel_plugins.errors import ConfigError, RlaccelWarning, invalid
 from rlaccel_plugins.replay import TieredReplay
+from rlaccel_plugins.replay.sampler import seed_from_numpy_global_state
 from rlaccel_plugins.replay.sizing import resolve_replay_config
+
+
+def as_stored_row(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """``value`` as SB3's buffer stores it: assigned into a row of ``shape`` and ``dtype``.
+
+    Numpy's assignment decides, as in SB3 (broadcasting, unsafe casts); non-integral floats for an
+    integer field are refused instead of truncated.
+
+    Examples:
+        >>> as_stored_row("action", np.array([[1.0], [0.0]]), (2, 1), np.dtype(np.int64)).tolist()
+        [[1], [0]]
+        >>> as_stored_row("reward", 1.5, (3,), np.dtype(np.float32)).tolist()
+        [1.5, 1.5, 1.5]
+    """
+    if type(value) is np.ndarray and value.shape == shape and value.dtype == dtype:
+        return value  # the common case: nothing to convert
+    value = np.asarray(value)
+    if dtype.kind in "iu" and value.dtype.kind == "f" and not (
+            np.isfinite(value).all() and (value == np.round(value)).all()):
+        raise ConfigError(f"{name} must hold whole numbers (it is stored as {dtype.name}), got {name}="
+                          f"{value.ravel()[:8].tolist()}. SB3's own buffer would silently truncate them (0.7 -> 0); "
+                          "rlaccel refuses. Round them, or pass integer values.")
+    row = np.empty(shape, dtype)
+    try:
+        row[...] = value
+    except (ValueError, TypeError):
+        raise invalid(f"{name}.shape", f"fit the stored row {shape} (numpy assignment, as in SB3)", value.shape,
+                      "Pass one entry per env.") from None
+    return row
 
 
 class TieredBufferMixin:
@@ -38,6 +78,7 @@ class TieredBufferMixin:
                                        levels=len(level_capacity) if level_capacity is not None else None,
                                        sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule,
                                        anneal_steps=anneal_steps, importance_beta=importance_beta)
+        seed = seed_from_numpy_global_state() if seed is None else seed
         self._engine = TieredReplay.from_config(replay, num_envs=n_envs, seed=seed)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device=device, n_envs=n_envs)
         self.buffer_size = self._engine.layout.total_rows  # rows, as in SB3 (each holds n_envs transitions)
@@ -56,6 +97,9 @@ class TieredBufferMixin:
         specs = {**self._obs_specs(), "action": ((self.action_dim,), action_dtype), "reward": ((), np.float32),
                  "done": ((), np.float32), "timeout": ((), np.float32)}
         self._engine.allocate(specs)
+        self._rows = {name: ((n_envs, *shape), np.dtype(dtype)) for name, (shape, dtype) in specs.items()}
+        self.weights_applied_by: object = None  # set by the callback's ImportanceWeightHook
+        self._warned_unweighted = False
 
     # ------------------------------------------------------------------ SB3's attributes, backed by the engine
     @property
@@ -99,21 +143,46 @@ class TieredBufferMixin:
     def add(self, obs, next_obs, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
             infos: list[dict[str, Any]]) -> None:
         if self.handle_timeout_termination:
-            timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
+            timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos])
         else:
             timeout = self._no_timeouts
-        action = np.asarray(action).reshape(self._action_shape)
+        action = np.asarray(action)
+        if action.size != self.n_envs * self.action_dim:  # SB3 reshapes it to (n_envs, action_dim)
+            raise invalid("action.shape", f"hold n_envs x action_dim = {self._action_shape} values", action.shape,
+                          "Pass one action per env.")
+        action = action.reshape(self._action_shape)
         if self._plain_box:
-            self._engine.add(obs=obs, next_obs=next_obs, action=action, reward=reward, done=done, timeout=timeout)
+            fields = dict(obs=obs, next_obs=next_obs)
         else:
-            self._engine.add(**self._obs_fields(obs, "obs"), **self._obs_fields(next_obs, "next_obs"),
-                             action=action, reward=reward, done=done, timeout=timeout)
+            fields = {**self._obs_fields(obs, "obs"), **self._obs_fields(next_obs, "next_obs")}
+        fields.update(action=action, reward=reward, done=done, timeout=timeout)
+        self._engine.add(**{name: as_stored_row(name, value, *self._rows[name]) for name, value in fields.items()})
+
+    # ------------------------------------------------------------------ pickling (save_replay_buffer)
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["weights_applied_by"] = None  # a hook on this process's networks, re-installed by the callback
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("weights_applied_by", None)
+        state.setdefault("_warned_unweighted", False)
+        self.__dict__.update(state)
+        if "_rows" not in state:  # pickled by an older rlaccel
+            self._rows = {name: ((self.n_envs, *shape), np.dtype(dtype))
+                          for name, (shape, dtype) in self._engine.specs.items()}
 
     # ------------------------------------------------------------------ reading
     def sample(self, batch_size: int, env: VecNormalize | None = None):
         """Tiered sample (stratified across levels, shuffled); weights and levels kept on the buffer."""
         where = self._engine.sample_indices(batch_size)
         self.last_weights, self.last_levels = where.weights, where.levels
+        if where.weights is not None and self.weights_applied_by is None and not self._warned_unweighted:
+            self._warned_unweighted = True
+            warnings.warn("rlaccel: importance_beta is set on this buffer, but nothing applies the weights, so "
+                          "the model trains unweighted. Pass rlaccel_sb3.SparseDenseCallback to learn() "
+                          "(it applies them to the TD loss), or drop importance_beta.", RlaccelWarning,
+                          stacklevel=2)
         return self._get_samples(where.rows, env=env, env_indices=where.envs)
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None,

@@ -21,6 +21,7 @@ class ImportanceWeightHook:
         self._consumed: object = None
         self.applied = 0
         self.handles = [m.register_forward_hook(self._hook) for m in modules]
+        buffer.weights_applied_by = self  # the buffer warns when weights are drawn and nothing applies them
 
     def _hook(self, module, inputs, output) -> None:
         weights = self.buffer.last_weights
@@ -39,3 +40,5 @@ class ImportanceWeightHook:
         for handle in self.handles:
             handle.remove()
         self.handles = []
+        if getattr(self.buffer, "weights_applied_by", None) is self:
+            self.buffer.weights_applied_by = None
