@@ -37,7 +37,7 @@ def main() -> None:
     algorithm = SparseDenseWrapper(DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-4), gamma=0.99,
                                        n_step_return_horizon=3, target_update_freq=500), preset="atari")
     # env-side stacks of 4: store only the newest frame, rebuild stacks of 4 on sampling
-    buffer = TieredVectorReplayBuffer(0, args.envs, preset="atari", ignore_obs_next=True, save_only_last_obs=True,
+    buffer = TieredVectorReplayBuffer(126_000, args.envs, preset="atari", ignore_obs_next=True, save_only_last_obs=True,
                                       stack_num=4)
     collector = Collector(algorithm, envs, buffer, exploration_noise=True)
     collector.reset()

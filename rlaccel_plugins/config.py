@@ -284,6 +284,9 @@ class AccelConfig:
                 current["preset"] = values
             else:
                 current[section].update(values)
+        tiers = updates.get("replay_buffer", {})
+        if "levels" not in tiers and isinstance(tiers.get("level_capacity"), (list, tuple)):
+            current["replay_buffer"]["levels"] = len(tiers["level_capacity"])  # levels follows the capacities
         return _build(current)
 
     def diff(self, other: AccelConfig) -> dict[str, tuple[Any, Any]]:

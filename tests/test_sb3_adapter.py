@@ -47,16 +47,27 @@ def test_every_off_policy_algorithm_trains_with_the_tiered_buffer(algo, n_envs):
     assert model._n_updates > 0
 
 
-def test_tiers_come_from_level_capacity_then_preset_then_buffer_size(monkeypatch):
+def test_tiers_come_from_level_capacity_then_preset_then_buffer_size(monkeypatch, caplog):
     box = spaces.Box(-1, 1, (3,), np.float32)
     explicit = TieredReplayBuffer(5000, box, box, level_capacity=[10, 90], sampling_ratio=[0.5, 0.5])
     assert explicit.engine.config.level_capacity == (10, 90) and explicit.buffer_size == 100
-    assert TieredReplayBuffer(5000, box, box, preset="atari").engine.capacity == 126_000
+    # a preset never resizes the user's buffer: recent levels as they are, the long-term level takes the rest
+    big = TieredReplayBuffer(1_000_000, box, box, preset="atari")
+    assert big.engine.config.level_capacity == (1000, 5000, 20000, 974000) and big.engine.capacity == 1_000_000
+    with caplog.at_level("INFO", logger="rlaccel"):
+        small = DQN("MlpPolicy", "CartPole-v1", buffer_size=10_000, replay_buffer_class=TieredReplayBuffer,
+                    replay_buffer_kwargs=dict(preset="atari")).replay_buffer
+    assert small.engine.capacity == 10_000 and small.buffer_size == 10_000
+    assert small.engine.config.level_capacity == (1000, 5000, 4000)
+    assert small.engine.config.sampling_ratio == pytest.approx((0.7, 0.2, 0.1))
+    assert [r.getMessage() for r in caplog.records if "cannot hold the recent levels" in r.getMessage()] == [
+        "rlaccel: a buffer of 10000 transitions cannot hold the recent levels [1000, 5000, 20000]: kept levels "
+        "[1000, 5000, 4000], ratios [0.7, 0.2, 0.1] (pass level_capacity to choose the tiers yourself)"]
     scaled = TieredReplayBuffer(252_000, box, box, n_envs=4)
     assert scaled.engine.config.level_capacity == (2000, 10000, 40000, 200000)
     assert scaled.buffer_size == 252_000 // 4
     monkeypatch.setenv("RLACCEL_PRESET", "multi_agent")
-    assert TieredReplayBuffer(5000, box, box).engine.config.level_capacity[0] == 2000
+    assert TieredReplayBuffer(5000, box, box).engine.config.level_capacity == (2000, 3000)
 
 
 def test_sb3_contract_full_without_add_and_optimize_memory_usage():
@@ -245,3 +256,54 @@ def test_accelerate_swaps_the_buffer_keeping_transitions_and_restore_undoes_it(c
     assert model.replay_buffer is original and original.size() == stored + 300
     assert all(p.requires_grad for p in model.policy.parameters())
     model.learn(100, reset_num_timesteps=False)  # still trains as stock
+
+
+def test_restore_copies_back_everything_the_ring_still_holds_after_it_wrapped(caplog):
+    model = small_model("dqn", buffer_size=600)
+    model.learn(700)                                  # the model's own buffer is full
+    original = model.replay_buffer
+    rlaccel_sb3.accelerate(model, preset="classic_control")
+    tiered = model.replay_buffer
+    assert tiered.engine.capacity == 600              # the user's capacity, not the preset's 50,000
+    model.learn(700, reset_num_timesteps=False)       # more than the ring holds: it wraps
+    newest = tiered.engine.gather(np.arange(600), np.zeros(600, np.int64))
+    ages = tiered.engine.age_of(np.arange(600))
+    with caplog.at_level("INFO", logger="rlaccel"):
+        rlaccel_sb3.restore(model)
+    assert model.replay_buffer is original and original.full
+    assert "no longer holds the oldest 100 of the 700 transitions" in caplog.text
+    for row, age in zip(range(600), ages):           # every transition the ring held, in order
+        back = (original.pos - 1 - age) % original.buffer_size
+        assert np.array_equal(original.observations[back, 0], newest["obs"][row])
+        assert np.array_equal(original.next_observations[back, 0], newest["next_obs"][row])
+
+
+def test_accelerate_carries_n_step_returns_and_reports_an_explicit_capacity(caplog):
+    model = small_model("dqn", n_steps=3, gamma=0.9)
+    assert type(model.replay_buffer) is NStepReplayBuffer
+    model.learn(200)
+    with caplog.at_level("INFO", logger="rlaccel"):
+        rlaccel_sb3.accelerate(model, level_capacity=[100, 400], sampling_ratio=[0.5, 0.5])
+    tiered = model.replay_buffer
+    assert (tiered.n_steps, tiered.gamma) == (3, 0.9)
+    assert tiered.sample(8).discounts is not None
+    assert ("buffer_size: model has 2000, level_capacity=[100, 400] sets the replay buffer's capacity to 500 "
+            "transitions") in caplog.text
+    model.learn(100, reset_num_timesteps=False)
+    rlaccel_sb3.restore(model)
+    assert type(model.replay_buffer) is NStepReplayBuffer and model.replay_buffer.size() == 300
+
+
+def test_accelerate_refuses_a_buffer_it_cannot_reproduce():
+    from stable_baselines3 import HerReplayBuffer
+    from stable_baselines3.common.envs import BitFlippingEnv
+
+    model = DQN("MultiInputPolicy", BitFlippingEnv(n_bits=4), replay_buffer_class=HerReplayBuffer,
+                learning_starts=10, buffer_size=1000)
+    with pytest.raises(rla.ConfigError, match=r"got replay_buffer=HerReplayBuffer.*tiered_replay=False"):
+        rlaccel_sb3.accelerate(model, preset="classic_control")
+    assert type(model.replay_buffer) is HerReplayBuffer
+    callback = rlaccel_sb3.accelerate(model, preset="classic_control", tiered_replay=False)
+    assert type(model.replay_buffer) is HerReplayBuffer
+    model.learn(50, callback=callback)
+    rlaccel_sb3.restore(model)

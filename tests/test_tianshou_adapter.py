@@ -21,6 +21,7 @@ from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
 from tianshou.utils.torch_utils import policy_within_training_step
 
 import rlaccel_plugins as rla
+import rlaccel_tianshou
 from rlaccel_tianshou import (
     SparseDenseOnPolicyWrapper,
     SparseDenseWrapper,
@@ -247,7 +248,7 @@ def test_checkpoints_load_both_ways_and_lr_schedulers_step():
 
 def test_accelerate_dispatches_and_high_level_factories_build_tiered_parts():
     algo = rla.accelerate(make_dqn(), preset="classic_control", dense_layers=[-1])
-    assert isinstance(algo, SparseDenseWrapper) and algo.updater.schedule.interval == 100
+    assert isinstance(algo, SparseDenseWrapper) and algo.updater.schedule.interval == 1  # off on small MLPs
     collector = TieredCollectorFactory("classic_control").create_collector(
         algo, envs("CartPole-v1", 2), VectorReplayBuffer(1000, 2, stack_num=1))
     assert isinstance(collector.buffer, TieredVectorReplayBuffer) and collector.buffer.buffer_num == 2
@@ -306,3 +307,84 @@ def test_async_training_stores_every_collected_step_and_updates_at_the_ratio():
         data = buf[idx]
         cont = ~data.done[:-1]
         assert np.allclose(data.obs_next[:-1][cont], data.obs[1:][cont])
+
+
+# ------------------------------------------------------------------ drop-in fidelity (issue 15)
+def collected(buffer, n_envs=4, steps=300, reset_buffer=True):
+    collector = Collector(make_dqn(), envs("CartPole-v1", n_envs), buffer, exploration_noise=True)
+    collector.reset(reset_buffer=reset_buffer)
+    collector.collect(n_step=steps, random=True)
+    return collector
+
+
+@pytest.mark.parametrize("vector", [True, False])
+def test_tiered_buffer_like_keeps_the_data_size_and_episode_bookkeeping(vector):
+    from rlaccel_tianshou.acceleration import tiered_buffer_like
+    from tianshou.data import ReplayBuffer
+
+    n_envs = 4 if vector else 1
+    stock = VectorReplayBuffer(2000, n_envs) if vector else ReplayBuffer(2000)
+    collected(stock, n_envs)
+    tiered = tiered_buffer_like(stock, "atari")
+    assert tiered.maxsize == stock.maxsize == 2000 and len(tiered) == len(stock) == 300
+    everything = stock.sample_indices(0)
+    assert np.array_equal(tiered.sample_indices(0), everything)
+    for key in ("obs", "act", "rew", "terminated", "truncated", "obs_next"):
+        assert np.array_equal(tiered[everything][key], stock[everything][key]), key
+    assert np.array_equal(tiered.prev(everything), stock.prev(everything))  # episode links, for n-step returns
+    assert np.array_equal(tiered.next(everything), stock.next(everything))
+    again = collected(tiered, n_envs, steps=40, reset_buffer=False)  # collection goes on into the converted buffer
+    assert len(again.buffer) == 340
+    batch, _ = tiered.sample(64)
+    assert len(batch) == 64
+
+
+def test_tiered_buffer_like_refuses_buffers_with_their_own_behaviour():
+    from rlaccel_tianshou.acceleration import tiered_buffer_like
+    from tianshou.data import PrioritizedVectorReplayBuffer
+
+    with pytest.raises(rla.ConfigError, match="got buffer=PrioritizedVectorReplayBuffer.*prioritisation"):
+        tiered_buffer_like(PrioritizedVectorReplayBuffer(100, 2, alpha=0.6, beta=0.4), "classic_control")
+    with pytest.raises(rla.ConfigError, match="level_capacity must keep the buffer's size"):
+        tiered_buffer_like(collected(VectorReplayBuffer(2000, 4)).buffer, level_capacity=[100, 300],
+                           sampling_ratio=[0.5, 0.5])
+
+
+def test_presets_keep_the_users_buffer_size():
+    buf = TieredVectorReplayBuffer(1000, 10, preset="atari")
+    assert buf.maxsize == 1000 and buf.sampler.layout.level_capacity.tolist() == [1000]
+    assert TieredReplayBuffer(30_000, preset="atari").maxsize == 30_000
+    assert TieredVectorReplayBuffer(1000, 10, level_capacity=[100, 900], sampling_ratio=[0.5, 0.5]).maxsize == 1000
+
+
+def test_accelerate_twice_rewraps_the_algorithm_with_the_new_settings():
+    dqn = make_dqn()
+    first = rlaccel_tianshou.accelerate(dqn, sparse_update_interval=5, dense_layers=[-1])
+    second = rlaccel_tianshou.accelerate(first, sparse_update_interval=3, dense_layers=[-1])
+    assert second.wrapped_algorithm is dqn and second.updater.schedule.interval == 3
+    assert first.updater.attachments == []  # the first wrapper let go of everything
+    buf = collected(TieredVectorReplayBuffer(2000, 4, level_capacity=[200, 1800], sampling_ratio=[0.5, 0.5])).buffer
+    with policy_within_training_step(second.policy):
+        for _ in range(6):
+            stats = second.update(buffer=buf, sample_size=32)
+    assert (stats.rlaccel_full_updates, stats.rlaccel_dense_updates) == (2, 4)
+
+
+def seeded_dqn_run():
+    np.random.seed(3)
+    torch.manual_seed(3)
+    algorithm = make_dqn(seed=3)
+    buffer = TieredVectorReplayBuffer(2000, 4, preset="classic_control")
+    collector = Collector(algorithm, envs("CartPole-v1", 4, seed=3), buffer, exploration_noise=True)
+    collector.reset(reset_buffer=True)
+    collector.collect(n_step=200, random=True)
+    with policy_within_training_step(algorithm.policy):
+        for _ in range(20):
+            collector.collect(n_step=8)
+            algorithm.update(buffer=buffer, sample_size=32)
+    return [p.detach().clone() for p in algorithm.policy.parameters()]
+
+
+def test_a_seeded_tianshou_run_with_the_tiered_buffer_is_reproducible():
+    first, second = seeded_dqn_run(), seeded_dqn_run()
+    assert all(torch.equal(a, b) for a, b in zip(first, second))

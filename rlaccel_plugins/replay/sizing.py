@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Any
 
 from rlaccel_plugins.config import ReplayBufferConfig, load_config
+from rlaccel_plugins.errors import invalid
+
+logger = logging.getLogger("rlaccel")
 
 
 def scale_tiers(replay: ReplayBufferConfig, capacity: int, num_envs: int = 1) -> ReplayBufferConfig:
@@ -29,16 +33,56 @@ def scale_tiers(replay: ReplayBufferConfig, capacity: int, num_envs: int = 1) ->
     return dataclasses.replace(replay, level_capacity=tuple(caps))
 
 
+def fit_tiers(replay: ReplayBufferConfig, capacity: int, num_envs: int = 1) -> ReplayBufferConfig:
+    """A preset's tiers inside a buffer of ``capacity`` transitions (the user's size, never changed).
+
+    The recent levels are recency windows: they keep their sizes and ratios. The last (long-term)
+    level takes whatever the capacity leaves, larger or smaller. When the capacity cannot hold the
+    recent levels, levels are cut from the long-term end (the last level kept takes the cut levels'
+    ratios) and one log line says so. Capacities count transitions; with ``num_envs`` streams each
+    level holds whole rows, and the buffer ``capacity // num_envs`` rows.
+
+    Examples:
+        >>> import rlaccel_plugins as rla
+        >>> atari = rla.get_preset("atari").replay_buffer
+        >>> fit_tiers(atari, 1_000_000).level_capacity
+        (1000, 5000, 20000, 974000)
+        >>> small = fit_tiers(atari, 10_000)
+        >>> small.level_capacity, small.sampling_ratio
+        ((1000, 5000, 4000), (0.7, 0.2, 0.1))
+    """
+    rows = int(capacity) // num_envs
+    if rows < 1:
+        raise invalid("buffer_size", f"hold at least one transition per env (num_envs={num_envs})", capacity)
+    recent = [c // num_envs for c in replay.level_capacity[:-1]]
+    keep = len(replay.level_capacity)
+    while keep > 1 and sum(recent[:keep - 1]) >= rows:
+        keep -= 1
+    level_rows = [*recent[:keep - 1], rows - sum(recent[:keep - 1])]
+    ratios = [*replay.sampling_ratio[:keep - 1], sum(replay.sampling_ratio[keep - 1:])]
+    fitted = dataclasses.replace(replay, levels=keep, level_capacity=tuple(r * num_envs for r in level_rows),
+                                 sampling_ratio=tuple(ratios))
+    if keep < replay.levels:
+        logger.info("rlaccel: a buffer of %d transitions cannot hold the recent levels %s: kept levels %s, "
+                    "ratios %s (pass level_capacity to choose the tiers yourself)", capacity,
+                    list(replay.level_capacity[:-1]), list(fitted.level_capacity),
+                    [round(r, 6) for r in fitted.sampling_ratio])
+    return fitted
+
+
 def resolve_replay_config(capacity: int, num_envs: int = 1, preset: str | None = None,
                           **overrides: Any) -> ReplayBufferConfig:
     """The tiers a framework buffer of ``capacity`` transitions gets.
 
-    ``level_capacity`` in ``overrides`` wins; else a named preset (the ``preset`` argument or
-    ``RLACCEL_PRESET``) gives its tiers as they are; else the default proportions are scaled to
+    ``level_capacity`` in ``overrides`` wins and sets the capacity; else a named preset (the ``preset``
+    argument or ``RLACCEL_PRESET``) is fitted into ``capacity`` by :func:`fit_tiers` (its recent levels
+    as they are, the long-term level takes the rest); else the default proportions are scaled to
     ``capacity`` (the framework's ``buffer_size``). Other overrides (ratios, schedule, beta) apply on top.
     """
     given = {k: v for k, v in overrides.items() if v is not None}
     config = load_config(preset=preset, **given).replay_buffer
-    if "level_capacity" in given or preset is not None or os.environ.get("RLACCEL_PRESET"):
+    if "level_capacity" in given:
         return config
+    if preset is not None or os.environ.get("RLACCEL_PRESET"):
+        return fit_tiers(config, capacity, num_envs)
     return scale_tiers(config, capacity, num_envs)

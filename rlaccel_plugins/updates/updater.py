@@ -116,7 +116,7 @@ class SparseDenseUpdater:
         dense_names = select_dense_params(module, layer_map, self.dense_layers, module_name=name)
         frozen = [p for n, p in trainable.items() if n not in dense_names]
         dense = [p for n, p in trainable.items() if n in dense_names]
-        if not frozen:
+        if not frozen and self.schedule.interval > 1:  # interval 1: every update is full anyway
             warnings.warn(f"rlaccel: dense_layers={list(self.dense_layers)} cover every trained layer of {name} "
                           f"({layer_map.describe()}); sparse/dense updates save nothing on this network.",
                           RlaccelWarning, stacklevel=2)

@@ -39,16 +39,17 @@ def trained_networks(model: BaseAlgorithm, batch: int = 8) -> list[TrainedNetwor
     """
     policy = model.policy
     obs, _ = policy.obs_to_tensor(zero_observations(model.observation_space, batch))
+    args = (obs,)  # a tuple: the updater would unpack a dict observation as keyword arguments
     for name in ("q_net", "quantile_net"):
         if isinstance(getattr(policy, name, None), torch.nn.Module) and hasattr(policy, "optimizer"):
-            return [TrainedNetwork(name, getattr(policy, name), policy.optimizer, obs)]
+            return [TrainedNetwork(name, getattr(policy, name), policy.optimizer, args)]
     actor, critic = getattr(policy, "actor", None), getattr(policy, "critic", None)
     if actor is not None and critic is not None and hasattr(actor, "optimizer") and hasattr(critic, "optimizer"):
-        actions = torch.zeros(batch, get_action_dim(model.action_space), device=obs.device if isinstance(obs, torch.Tensor) else None)
-        return [TrainedNetwork("actor", actor, actor.optimizer, obs),
+        actions = torch.zeros(batch, get_action_dim(model.action_space), device=policy.device)
+        return [TrainedNetwork("actor", actor, actor.optimizer, args),
                 TrainedNetwork("critic", critic, critic.optimizer, (obs, actions))]
     if hasattr(policy, "optimizer"):
-        return [TrainedNetwork("policy", policy, policy.optimizer, obs)]
+        return [TrainedNetwork("policy", policy, policy.optimizer, args)]
     raise TypeError(f"model must train its policy with torch optimizers, got {type(model).__name__} whose policy "
                     f"{type(policy).__name__} has none. Use the tiered buffer without the sparse/dense callback.")
 

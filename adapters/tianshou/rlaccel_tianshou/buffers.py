@@ -23,11 +23,16 @@ logger = logging.getLogger("rlaccel")
 
 
 def _tier_settings(size: int, num_streams: int, preset: str | None, overrides: dict[str, Any]):
-    """The replay config and the per-stream tier layout for a buffer of ``size`` transitions."""
-    replay = resolve_replay_config(size, num_streams, preset, **overrides)
+    """The replay config and per-stream tier layout for a buffer of ``size`` transitions.
+
+    Each stream holds ``ceil(size / num_streams)`` transitions, as in Tianshou's ``VectorReplayBuffer``;
+    only an explicit ``level_capacity`` changes that.
+    """
+    capacity = -(-int(size) // num_streams) * num_streams
+    replay = resolve_replay_config(capacity, num_streams, preset, **overrides)
     layout = TierLayout(replay.level_capacity, num_streams)
-    if layout.capacity != size:
-        logger.info("rlaccel: the tiers %s set the buffer's capacity to %d transitions (size was %d)",
+    if layout.capacity != capacity:
+        logger.info("rlaccel: level_capacity=%s sets the buffer's capacity to %d transitions (size was %d)",
                     list(replay.level_capacity), layout.capacity, size)
     return replay, layout
 
@@ -101,7 +106,8 @@ class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):
         size: capacity when no tiers are given (the default proportions are scaled to it).
         stack_num, ignore_obs_next, save_only_last_obs, sample_avail, random_seed: as Tianshou's.
         preset, level_capacity, sampling_ratio, ratio_schedule, anneal_steps, importance_beta: tiers;
-            explicit ``level_capacity`` or a preset set the capacity to their sum.
+            an explicit ``level_capacity`` sets the capacity to its sum; a preset keeps ``size`` (its
+            recent levels as they are, the long-term level takes the rest).
 
     With ``importance_beta`` each sampled batch carries ``batch.weight`` (used by Tianshou's
     MSE-based losses: DQN without Huber, DDPG/TD3/SAC critics).
@@ -144,8 +150,8 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
     Examples:
         >>> from rlaccel_tianshou import TieredVectorReplayBuffer
         >>> buf = TieredVectorReplayBuffer(20_000, 10, preset="classic_control")
-        >>> buf.maxsize, buf.buffer_num
-        (50000, 10)
+        >>> buf.maxsize, buf.buffer_num, buf.sampler.layout.level_capacity.tolist()
+        (20000, 10, [5000, 15000])
     """
 
     def __init__(self, total_size: int, buffer_num: int, *, preset: str | None = None,
