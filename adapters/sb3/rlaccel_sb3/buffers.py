@@ -254,11 +254,14 @@ class TieredReplayBuffer(TieredBufferMixin, ReplayBuffer):
         buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
         handle_timeout_termination: as SB3 passes them (``optimize_memory_usage`` is accepted, and
             unneeded: next observations are always stored, de-duplicated for stacked frames).
-        preset: rlaccel preset whose tiers to use (e.g. ``"atari"``).
+        preset: rlaccel preset whose tiers to fit into ``buffer_size`` (e.g. ``"atari"``): its recent
+            levels as they are, the long-term level takes the rest; ``buffer_size`` is never changed.
         level_capacity, sampling_ratio, ratio_schedule, anneal_steps, importance_beta: tier settings;
-            without ``level_capacity`` or a preset the default tier proportions are scaled to ``buffer_size``.
+            an explicit ``level_capacity`` sets the capacity; without it or a preset the default tier
+            proportions are scaled to ``buffer_size``.
         n_steps, gamma: n-step returns as in SB3's ``NStepReplayBuffer`` (``n_steps=1``: off).
-        seed: seed of the buffer's sampling RNG.
+        seed: seed of the buffer's sampling RNG (default: derived from numpy's global RNG state,
+            which SB3 seeds from the model's ``seed``, without drawing from it).
 
     Examples:
         >>> from stable_baselines3 import DQN
