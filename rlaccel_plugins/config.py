@@ -408,8 +408,10 @@ def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any)
     from rlaccel_plugins.presets import get_preset
 
     if isinstance(src, AccelConfig):
-        base = get_preset(preset) if preset else src
-        return base.merged(overrides)
+        if preset is not None:
+            raise ConfigError(f"preset must be None when src is a ready AccelConfig (it would be discarded), got "
+                              f"preset={preset!r} with src=AccelConfig(preset={src.preset!r}). Pass one of the two.")
+        return src.merged(overrides)
     file_values: dict[str, Any] = {}
     if isinstance(src, Mapping):
         file_values = dict(src)

@@ -161,3 +161,17 @@ def test_random_configs_load_or_raise_config_error(data):
         return
     assert isinstance(cfg, rla.AccelConfig)
     assert math.isclose(sum(cfg.replay_buffer.sampling_ratio), 1.0, abs_tol=1e-6)
+
+
+def test_a_ready_config_and_a_preset_together_are_refused():
+    config = rla.load_config(preset="atari")
+    with pytest.raises(rla.ConfigError, match="preset must be None when src is a ready AccelConfig"):
+        rla.load_config(config, preset="classic_control")
+    assert rla.load_config(config, batch_size=64).training.batch_size == 64
+
+
+def test_levels_follow_level_capacity_when_omitted(tmp_path):
+    path = tmp_path / "rlaccel.yaml"
+    path.write_text("replay_buffer:\n  level_capacity: [100, 900]\n  sampling_ratio: [0.5, 0.5]\n")
+    assert rla.load_config(path).replay_buffer.levels == 2
+    assert rla.load_config(level_capacity=[10, 20, 30], sampling_ratio=[0.2, 0.3, 0.5]).replay_buffer.levels == 3
