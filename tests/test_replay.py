@@ -246,3 +246,25 @@ def test_engine_matches_reference_model(num_envs, caps, steps, stack, mean_episo
                     assert np.array_equal(s.data[name][i], value), (name, t, age, env)
     assert len(buf) == len(ref.streams[0]) * num_envs
     assert (buf.frames is not None) == (pixels and stack >= 1)
+
+
+def test_reset_forgets_everything_and_the_buffer_refills_bit_exactly():
+    rng = np.random.default_rng(0)
+    buf = rla.TieredReplay(level_capacity=[4, 8], sampling_ratio=[0.5, 0.5], num_envs=2, seed=0)
+    stacks = rng.integers(0, 255, size=(12, 2, 4, 6, 6), dtype=np.uint8)
+
+    def add(t):
+        buf.add(obs=stacks[t], next_obs=stacks[t + 1], action=np.zeros(2, np.int64), reward=np.ones(2, np.float32))
+
+    for t in range(5):
+        add(t)
+    assert buf.frames is not None and len(buf) == 10
+    buf.reset()
+    assert len(buf) == 0 and buf.level_sizes == [0, 0]
+    with pytest.raises(ValueError, match="empty buffer"):
+        buf.sample(4)
+    for t in range(5, 11):  # continues the old stream: the frames must still be rebuilt exactly
+        add(t)
+    assert len(buf) == 12
+    data = buf.gather(np.arange(6), np.zeros(6, np.int64))
+    assert np.array_equal(data["obs"], stacks[5:11, 0]) and np.array_equal(data["next_obs"], stacks[6:12, 0])

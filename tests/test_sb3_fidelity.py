@@ -209,3 +209,11 @@ def test_dict_and_flat_tiered_buffers_train_alike(cls):
     assert np.allclose(action_dict, action_flat)
     for a, b in zip(dict_model.policy.parameters(), flat_model.policy.parameters()):
         assert torch.equal(a, b)
+
+
+def test_reset_empties_the_buffer_as_sb3_does():
+    stock, ours = both_buffers("box")
+    stock.reset()
+    ours.reset()
+    assert (stock.pos, stock.full, stock.size()) == (ours.pos, ours.full, ours.size()) == (0, False, 0)
+    assert len(ours.engine) == 0

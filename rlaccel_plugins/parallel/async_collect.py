@@ -78,10 +78,6 @@ class AsyncCollector:
         self.consumed += len(items)
         return items
 
-    @property
-    def pending(self) -> int:
-        return self._queue.qsize()
-
     def stop(self) -> list[Any]:
         """Stop the actor and return every chunk it produced that was not drained yet."""
         self._stop.set()

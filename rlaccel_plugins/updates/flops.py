@@ -20,16 +20,6 @@ class StepFlops:
     backward_full: int
     backward_dense: int
 
-    @property
-    def backward_saved_fraction(self) -> float:
-        return 1.0 - self.backward_dense / self.backward_full if self.backward_full else 0.0
-
-    @property
-    def step_ratio(self) -> float:
-        """(forward + dense backward) / (forward + full backward): the dense step's share of a full one."""
-        total = self.forward + self.backward_full
-        return (self.forward + self.backward_dense) / total if total else 1.0
-
 
 def measure_step_flops(module: nn.Module, example_input: Any, forward_fn: Callable | None,
                        frozen: list[nn.Parameter]) -> StepFlops:

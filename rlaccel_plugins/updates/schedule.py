@@ -19,8 +19,3 @@ class SparseDenseSchedule:
 
     def is_full(self, step: int) -> bool:
         return step % self.interval == 0
-
-    def counts(self, steps: int) -> tuple[int, int]:
-        """``(full, dense)`` updates among the first ``steps`` steps."""
-        full = -(-steps // self.interval)
-        return full, steps - full

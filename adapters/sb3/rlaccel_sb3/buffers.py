@@ -158,6 +158,10 @@ class TieredBufferMixin:
         fields.update(action=action, reward=reward, done=done, timeout=timeout)
         self._engine.add(**{name: as_stored_row(name, value, *self._rows[name]) for name, value in fields.items()})
 
+    def reset(self) -> None:
+        """Forget every transition (SB3's ``reset``; stacked frames start fresh too)."""
+        self._engine.reset()
+
     # ------------------------------------------------------------------ pickling (save_replay_buffer)
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

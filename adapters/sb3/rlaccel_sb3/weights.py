@@ -19,7 +19,6 @@ class ImportanceWeightHook:
     def __init__(self, buffer, modules: list[torch.nn.Module]) -> None:
         self.buffer = buffer
         self._consumed: object = None
-        self.applied = 0
         self.handles = [m.register_forward_hook(self._hook) for m in modules]
         buffer.weights_applied_by = self  # the buffer warns when weights are drawn and nothing applies them
 
@@ -34,7 +33,6 @@ class ImportanceWeightHook:
         w = torch.as_tensor(weights, device=outputs[0].device)
         for t in outputs:
             t.register_hook(lambda grad, w=w: grad * w.view(-1, *([1] * (grad.dim() - 1))).to(grad.dtype))
-        self.applied += 1
 
     def remove(self) -> None:
         for handle in self.handles:

@@ -153,7 +153,9 @@ class SparseDenseWrapper(_SparseDenseMixin, OffPolicyWrapperAlgorithm):
         with self._autocast():
             return self._stats(self.wrapped_algorithm._update_with_batch(batch))
 
-    def _wrapper_update_with_batch(self, batch, original_stats):  # required by the base; unused
+    # abstract in Tianshou's wrapper base, so it must exist; never called, since _update_with_batch
+    # above replaces the base's (it attaches and enters autocast before the wrapped update)
+    def _wrapper_update_with_batch(self, batch, original_stats):
         return original_stats
 
 
@@ -173,6 +175,7 @@ class SparseDenseOnPolicyWrapper(_SparseDenseMixin, OnPolicyWrapperAlgorithm):
             stats = self.wrapped_algorithm._update_with_batch(batch, batch_size=batch_size, repeat=repeat)
         return self._stats(stats)
 
+    # abstract in Tianshou's wrapper base; never called (see SparseDenseWrapper)
     def _wrapper_update_with_batch(self, batch, batch_size, repeat, original_stats):
         return original_stats
 
