@@ -18,9 +18,10 @@ The worker interface an adapter implements (built on the actor by ``make_worker(
     worker.load_weights(weights)                 # the learner's newest policy weights
     worker.collect(params) -> (payload, steps)   # one chunk; params e.g. {"epsilon": 0.05}
 
-Examples:
-    >>> # pool = RayActorPool(make_worker, num_actors=2); pool.start(weights, {"epsilon": 1.0})
-    >>> # for chunk in pool.receive(): store(chunk.payload) ...; pool.broadcast(new_weights, version)
+Example (not run as a doctest: it starts Ray actors)::
+
+    pool = RayActorPool(make_worker, num_actors=2); pool.start(weights, {"epsilon": 1.0})
+    for chunk in pool.receive(): store(chunk.payload) ...; pool.broadcast(new_weights, version)
 """
 
 from __future__ import annotations

@@ -9,11 +9,12 @@ the buffer, one after the other, so the last step of each chunk is stored as a t
 (``TimeLimit.truncated``): an n-step return never runs from one actor's chunk into another's, and
 it bootstraps from that step's true next observation.
 
-Examples:
-    >>> # from stable_baselines3 import DQN
-    >>> # model = DQN("MlpPolicy", "CartPole-v1", train_freq=4)
-    >>> # run = learn_ray(model, 50_000, "CartPole-v1", actors=2)
-    >>> # run.metrics["ray/env_steps_per_s"]
+Example (not run as a doctest: it starts Ray actors)::
+
+    from stable_baselines3 import DQN
+    model = DQN("MlpPolicy", "CartPole-v1", train_freq=4)
+    run = learn_ray(model, 50_000, "CartPole-v1", actors=2)
+    run.metrics["ray/env_steps_per_s"]
 """
 
 from __future__ import annotations

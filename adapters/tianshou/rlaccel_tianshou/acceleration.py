@@ -28,7 +28,18 @@ def accelerate(algorithm: Any, preset: str | None = None, **overrides: Any):
     restored) and wraps the algorithm inside with the new settings, so it never wraps twice.
 
     Examples:
-        >>> # algorithm = rlaccel_tianshou.accelerate(DQN(policy=..., optim=...), preset="atari")
+        >>> import gymnasium as gym
+        >>> from tianshou.algorithm import DQN
+        >>> from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+        >>> from tianshou.algorithm.optim import AdamOptimizerFactory
+        >>> from tianshou.utils.net.common import Net
+        >>> policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=[16]),
+        ...                                  action_space=gym.spaces.Discrete(2))
+        >>> algorithm = accelerate(DQN(policy=policy, optim=AdamOptimizerFactory()), preset="atari")
+        >>> type(algorithm).__name__, algorithm.updater.schedule.interval
+        ('SparseDenseWrapper', 100)
+        >>> accelerate(algorithm, preset="classic_control").wrapped_algorithm is algorithm.wrapped_algorithm
+        True
     """
     config = load_config(preset=preset, **overrides)
     if isinstance(algorithm, _SparseDenseMixin):
@@ -119,8 +130,9 @@ class SparseDenseWrapperFactory(AlgorithmWrapperFactory):
 def with_rlaccel(builder: Any, preset: str | None = None, *, tiered_replay: bool = True, sparse: bool = True):
     """Switch an existing high-level Tianshou experiment builder to rlaccel with one call.
 
-    Examples:
-        >>> # experiment = with_rlaccel(DQNExperimentBuilder(env_factory, config, ...), "classic_control").build()
+    Example (``tests/test_tianshou_adapter.py`` runs a whole experiment)::
+
+        experiment = with_rlaccel(DQNExperimentBuilder(env_factory, config, ...), "classic_control").build()
     """
     if tiered_replay:
         builder = builder.with_collector_factory(TieredCollectorFactory(preset))

@@ -31,8 +31,9 @@ def train_async(algorithm: Any, envs: Any, buffer: Any, steps: int, *, batch_siz
     ``on_chunk(env_steps, collect_stats)`` is called by the learner after each stored chunk (for
     schedules, logging, evaluation); ``should_stop()`` ends training early.
 
-    Examples:
-        >>> # train_async(dqn, DummyVectorEnv([...] * 10), TieredVectorReplayBuffer(20_000, 10), 50_000)
+    Example (not run as a doctest: it trains for minutes; ``tests/test_tianshou_adapter.py`` runs it)::
+
+        train_async(dqn, DummyVectorEnv([...] * 10), TieredVectorReplayBuffer(20_000, 10), 50_000)
     """
     actor_policy = copy.deepcopy(algorithm.policy)
     lock = threading.Lock()

@@ -7,9 +7,10 @@ in per-env time order and runs Tianshou's own ``algorithm.update`` at ``gradient
 of all actors share the buffer's env streams, so each chunk's last step is stored as truncated: an
 n-step return never runs into another actor's chunk, and bootstraps from the true next observation.
 
-Examples:
-    >>> # buffer = TieredVectorReplayBuffer(50_000, 4, preset="classic_control")
-    >>> # run = train_ray(dqn, "CartPole-v1", buffer, 50_000, actors=2)
+Example (not run as a doctest: it starts Ray actors)::
+
+    buffer = TieredVectorReplayBuffer(50_000, 4, preset="classic_control")
+    run = train_ray(dqn, "CartPole-v1", buffer, 50_000, actors=2)
 """
 
 from __future__ import annotations

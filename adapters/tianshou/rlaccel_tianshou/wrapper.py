@@ -138,8 +138,16 @@ class SparseDenseWrapper(_SparseDenseMixin, OffPolicyWrapperAlgorithm):
         sparse: ``False`` keeps every update full (stats only).
 
     Examples:
-        >>> # algorithm = SparseDenseWrapper(DQN(policy=..., optim=...), preset="atari")
-        >>> # algorithm.run_training(OffPolicyTrainerParams(...))   # as before
+        >>> import gymnasium as gym
+        >>> from tianshou.algorithm import DQN
+        >>> from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+        >>> from tianshou.algorithm.optim import AdamOptimizerFactory
+        >>> from tianshou.utils.net.common import Net
+        >>> policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=[16]),
+        ...                                  action_space=gym.spaces.Discrete(2))
+        >>> algorithm = SparseDenseWrapper(DQN(policy=policy, optim=AdamOptimizerFactory()), preset="atari")
+        >>> algorithm.gamma, algorithm.rlaccel_config.training.sparse_update_interval  # falls through; the schedule
+        (0.99, 100)
     """
 
     def __init__(self, wrapped_algorithm: OffPolicyAlgorithm, preset: str | None = None, *,
