@@ -100,7 +100,9 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                                               "same run, interleaved per seed; time-to-threshold (evaluation "
                                               "excluded), env steps, throughput, memory. Suites: quick, classic, "
                                               "atari (a GPU job), atari-fps.")
-    bench.add_argument("--suite", default="quick", help="quick | classic | atari | atari-fps")
+    from rlaccel_plugins.bench.suites import SUITES  # light: no framework import
+
+    bench.add_argument("--suite", default="quick", help=" | ".join(SUITES))
     bench.add_argument("--seeds", type=int, default=5, help="seeds per variant (medians reported)")
     bench.add_argument("--first-seed", type=int, default=0)
     bench.add_argument("--frameworks", default="sb3,tianshou", help="comma-separated subset of sb3,tianshou")

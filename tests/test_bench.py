@@ -102,3 +102,10 @@ def test_classic_suite_skips_tasks_whose_dependencies_are_missing():
     from rlaccel_sb3.train import zoo_settings
 
     assert zoo_settings("dqn", "Acrobot-v1")["target_update_interval"] == 250  # RL Zoo's, not SB3's defaults
+
+
+def test_bench_help_lists_every_suite(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert all(name in shown for name in SUITES) and "precision" in shown
