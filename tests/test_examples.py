@@ -1,5 +1,6 @@
 """Every example runs, with a tiny budget (smoke tests)."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,17 +10,28 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.mark.parametrize("script, args", [
-    ("sb3_dqn_cartpole.py", ["--steps", "1500"]),
-    ("sb3_sac_pendulum.py", ["--steps", "300"]),
-    ("sb3_ppo_cartpole.py", ["--steps", "600"]),
-    ("sb3_dqn_pong_envpool.py", ["--steps", "400", "--envs", "2", "--learning-starts", "200"]),
-    ("tianshou_dqn_cartpole.py", ["--steps", "1500"]),
-    ("tianshou_ppo_cartpole.py", ["--steps", "2048"]),
-    ("tianshou_dqn_pong_envpool.py", ["--steps", "300", "--envs", "2"]),
+NUMBER = r"-?\d+(\.\d+)?"
+
+
+# each example's summary line, with what its budget must have done
+@pytest.mark.parametrize("script, args, summary", [
+    ("sb3_dqn_cartpole.py", ["--steps", "1500"],
+     rf"CartPole-v1 DQN \+ rlaccel: 1500 steps, evaluation {NUMBER} ± {NUMBER}; levels \[15\d\d, 0\]; "
+     r"updates \{'full_updates': [1-9]\d*, 'dense_updates': 0"),  # SB3 rounds up to whole rollouts
+    ("sb3_sac_pendulum.py", ["--steps", "300"], rf"Pendulum-v1 SAC \+ tiered replay: 300 steps, evaluation {NUMBER}"),
+    ("sb3_ppo_cartpole.py", ["--steps", "600"], r"CartPole-v1 PPO \+ sparse/dense: 600 steps, .*updates [1-9]\d* full / "
+                                               r"[1-9]\d* dense"),
+    ("sb3_dqn_pong_envpool.py", ["--steps", "400", "--envs", "2", "--learning-starts", "200"],
+     r"Pong: 400 steps; [\d,]+ bytes per stored transition; updates \{.*'full_updates': [1-9]"),
+    ("tianshou_dqn_cartpole.py", ["--steps", "1500"],
+     rf"CartPole-v1 Tianshou DQN \+ tiered replay: best test mean {NUMBER} after [1-9]\d* env steps"),
+    ("tianshou_ppo_cartpole.py", ["--steps", "2048"],
+     rf"CartPole-v1 Tianshou PPO \+ sparse/dense: best test mean {NUMBER}; [1-9]\d* full / [1-9]\d* dense"),
+    ("tianshou_dqn_pong_envpool.py", ["--steps", "300", "--envs", "2"],
+     r"Pong: [1-9]\d* env steps; levels \{'level_fill/L0': .*updates \{.*'full_updates': [1-9]"),
 ])
-def test_example_runs(script, args, tmp_path):
+def test_example_runs(script, args, summary, tmp_path):
     run = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
                          timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip()
+    assert re.search(summary, run.stdout), run.stdout[-2000:]
