@@ -14,7 +14,7 @@ REPORTED_PACKAGES = ("rlaccel-plugins", "torch", "numpy", "stable-baselines3", "
 
 @hookimpl
 def rlaccel_env_report() -> dict[str, str]:
-    from rlaccel_plugins.config import load_config
+    from rlaccel_plugins.loader import load_config
     from rlaccel_plugins.hardware import cpu_count, gpu_info, resolve_auto
 
     lines = {"python": platform.python_version(), "platform": platform.platform()}

@@ -192,7 +192,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from rlaccel_plugins.config import load_config
+    from rlaccel_plugins.loader import load_config
     from rlaccel_plugins.training import TrainSpec, run_training
 
     if args.resume:  # the run's own settings, from its spec.json
@@ -231,9 +231,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_presets_list(args: argparse.Namespace) -> int:
-    from rlaccel_plugins.presets import registry
+    from rlaccel_plugins.plugins import get_plugin_manager
 
-    reg = registry()
+    reg = get_plugin_manager().presets
     width = max(len(n) for n in reg.names())
     for name in reg.names():
         print(f"{name:<{width}}  {reg.describe(name)}")
@@ -243,7 +243,7 @@ def cmd_presets_list(args: argparse.Namespace) -> int:
 def cmd_presets_show(args: argparse.Namespace) -> int:
     import yaml
 
-    from rlaccel_plugins.presets import get_preset
+    from rlaccel_plugins.loader import get_preset
 
     print(yaml.safe_dump(get_preset(args.name).to_dict(), sort_keys=False, default_flow_style=None), end="")
     return 0

@@ -11,10 +11,9 @@ The layout mirrors SEED.md so a user can paste the article's block::
       sparse_update_interval: 100
       ...
 
-Sources, later wins (values): preset -> config file (``RLACCEL_CONFIG`` or ``[tool.rlaccel]`` in the
-nearest ``pyproject.toml``) -> keyword overrides. The preset itself is chosen by, first match wins:
-the ``preset=`` argument, the ``RLACCEL_PRESET`` environment variable, the file's ``preset`` key,
-else ``"default"`` (the article's values).
+This module is the schema: sections, their validation, and reading config files. It imports
+nothing of the project but its errors. :func:`rlaccel_plugins.loader.load_config` puts the sources
+together (a preset, which plugins may register, then files, then overrides).
 """
 
 from __future__ import annotations
@@ -389,40 +388,3 @@ def find_project_config(start: str | os.PathLike | None = None) -> Path | None:
         if candidate.is_file() and "[tool.rlaccel" in candidate.read_text(encoding="utf-8"):
             return candidate
     return None
-
-
-def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any) -> AccelConfig:
-    """Load a configuration from every source, later wins.
-
-    Args:
-        src: ``None`` (look at ``RLACCEL_CONFIG`` then ``[tool.rlaccel]`` in the nearest
-            pyproject.toml), a path to a YAML/TOML file, a mapping, or an :class:`AccelConfig`.
-        preset: preset name; beats ``RLACCEL_PRESET`` and the file's ``preset`` key.
-        **overrides: flat (``batch_size=64``) or section (``training={...}``) values, applied last.
-
-    Examples:
-        >>> import rlaccel_plugins as rla
-        >>> rla.load_config(preset="atari", batch_size=256).training.batch_size
-        256
-    """
-    from rlaccel_plugins.presets import get_preset
-
-    if isinstance(src, AccelConfig):
-        if preset is not None:
-            raise ConfigError(f"preset must be None when src is a ready AccelConfig (it would be discarded), got "
-                              f"preset={preset!r} with src=AccelConfig(preset={src.preset!r}). Pass one of the two.")
-        return src.merged(overrides)
-    file_values: dict[str, Any] = {}
-    if isinstance(src, Mapping):
-        file_values = dict(src)
-    elif src is not None:
-        file_values = read_config_file(src)
-    elif os.environ.get("RLACCEL_CONFIG"):
-        file_values = read_config_file(os.environ["RLACCEL_CONFIG"])
-    else:
-        project = find_project_config()
-        if project is not None:
-            file_values = read_config_file(project)
-    name = preset or os.environ.get("RLACCEL_PRESET") or file_values.pop("preset", None) or "default"
-    file_values.pop("preset", None)
-    return get_preset(name).merged(file_values).merged(overrides)

@@ -14,6 +14,7 @@ import pluggy
 
 from rlaccel_plugins import hookspecs
 from rlaccel_plugins.errors import did_you_mean
+from rlaccel_plugins.presets import PresetRegistry
 
 logger = logging.getLogger("rlaccel")
 
@@ -102,6 +103,7 @@ class RlaccelPluginManager(pluggy.PluginManager):
         self.failures: list[PluginFailure] = []
         self.versions: dict[str, str] = {}
         self._adapters: AdapterRegistry | None = None
+        self._presets: PresetRegistry | None = None
 
     def load_builtins(self) -> None:
         for module_name in BUILTIN_PLUGINS:
@@ -129,6 +131,15 @@ class RlaccelPluginManager(pluggy.PluginManager):
             self._adapters = AdapterRegistry()
             self.hook.rlaccel_register_adapters(registry=self._adapters)
         return self._adapters
+
+    @property
+    def presets(self) -> PresetRegistry:
+        """Every preset, filled through ``rlaccel_register_presets`` (built-ins first)."""
+        if self._presets is None:
+            presets = PresetRegistry()
+            self.hook.rlaccel_register_presets(registry=presets)  # a bad plugin preset raises here, every time
+            self._presets = presets
+        return self._presets
 
     def plugin_rows(self) -> list[tuple[str, str, list[str]]]:
         """``(name, version, hooks)`` of every registered plugin, for ``rlaccel plugins``."""
@@ -169,9 +180,6 @@ def reset_plugin_manager() -> None:
     """Forget the manager and every registry (the next use rebuilds them); for tests and notebooks."""
     global _manager
     _manager = None
-    from rlaccel_plugins import presets
-
-    presets.reset_registry()
 
 
 def accelerate(obj: Any, preset: str | None = None, **overrides: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Built-in presets (SEED.md §2, §5) and the preset registry plugins add to.
+"""Built-in presets (SEED.md §2, §5) and the registry class plugins add to (the plugin manager owns
+the registry; :func:`rlaccel_plugins.loader.get_preset` reads it).
 
 ==================  ============================================================================
 ``default``         the article's values (SEED.md §1-2), i.e. :class:`AccelConfig` defaults
@@ -95,39 +96,3 @@ class PresetRegistry:
 def rlaccel_register_presets(registry: PresetRegistry) -> None:
     for name, (description, values) in BUILTIN_PRESETS.items():
         registry.add(name, values, description)
-
-
-_registry: PresetRegistry | None = None
-
-
-def registry() -> PresetRegistry:
-    """The process-wide preset registry, filled through the ``rlaccel_register_presets`` hook."""
-    global _registry
-    if _registry is None:
-        from rlaccel_plugins.plugins import get_plugin_manager
-
-        reg = PresetRegistry()
-        get_plugin_manager().hook.rlaccel_register_presets(registry=reg)
-        _registry = reg
-    return _registry
-
-
-def reset_registry() -> None:
-    global _registry
-    _registry = None
-
-
-def get_preset(name: str) -> AccelConfig:
-    """The :class:`AccelConfig` of a preset.
-
-    Examples:
-        >>> import rlaccel_plugins as rla
-        >>> rla.get_preset("atari").replay_buffer.level_capacity
-        (1000, 5000, 20000, 100000)
-    """
-    return registry().get(name)
-
-
-def preset_names() -> list[str]:
-    """Names of every registered preset, built-ins first."""
-    return registry().names()

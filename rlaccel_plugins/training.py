@@ -52,7 +52,7 @@ class TrainSpec:
 
     @classmethod
     def load(cls, path: str | Path, **changes: Any) -> TrainSpec:
-        from rlaccel_plugins.config import load_config
+        from rlaccel_plugins.loader import load_config
         from rlaccel_plugins.errors import ConfigError
 
         try:

@@ -183,15 +183,33 @@ def test_autoload_can_be_disabled(fake_entry_point, monkeypatch):
         rla.get_preset("toy")
 
 
-def test_a_plugin_cannot_replace_a_builtin_preset():
-    from rlaccel_plugins.presets import PresetRegistry
+class PresetPlugin:
+    """A plugin that registers one preset."""
 
-    reg = PresetRegistry()
-    reg.add("mine", {"batch_size": 3})
-    with pytest.raises(rla.ConfigError, match="already registered"):
-        reg.add("mine", {})
-    with pytest.raises(rla.ConfigError, match="batch_size must be >= 1"):
-        reg.add("bad", {"batch_size": 0})
+    def __init__(self, name, values):
+        self.name, self.values = name, values
+
+    @rla.hookimpl
+    def rlaccel_register_presets(self, registry):
+        registry.add(self.name, self.values, "from a plugin")
+
+
+@pytest.mark.parametrize("name, values, message", [
+    ("atari", {"batch_size": 3}, "preset name must be new, got name='atari', which is already registered"),
+    ("mine", {"batch_size": 0}, "batch_size must be >= 1"),
+])
+def test_a_plugin_cannot_replace_a_builtin_preset_or_register_a_bad_one(name, values, message):
+    manager = get_plugin_manager()
+    manager.register(PresetPlugin(name, values), name="preset-plugin")
+    with pytest.raises(rla.ConfigError, match=message):
+        rla.get_preset("atari")
+    manager.unregister(name="preset-plugin")
+    assert rla.get_preset("atari").training.batch_size == 512  # the built-in, untouched
+
+
+def test_a_plugin_preset_is_served_by_the_plugin_manager():
+    get_plugin_manager().register(PresetPlugin("mine", {"batch_size": 3}), name="preset-plugin")
+    assert rla.get_preset("mine").training.batch_size == 3 and "mine" in rla.preset_names()
 
 
 def test_accelerate_unknown_object_names_supported_types():

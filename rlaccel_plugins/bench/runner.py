@@ -15,7 +15,7 @@ from rlaccel_plugins.training import THRESHOLDS
 
 def variant_config(variant: Variant):
     """The AccelConfig a variant trains with (its preset plus overrides)."""
-    from rlaccel_plugins.config import load_config
+    from rlaccel_plugins.loader import load_config
 
     overrides = dict(variant.overrides)
     if overrides.pop(UNIFORM_REPLAY, False):

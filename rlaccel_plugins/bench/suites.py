@@ -134,7 +134,7 @@ def get_suite(name: str, frameworks: tuple[str, ...] = ("sb3", "tianshou"), abla
     for task in SUITES[name][1]:
         variants = [v for v in task.variants if v.framework in frameworks or v.role == "yardstick"]
         if preset is not None:
-            from rlaccel_plugins.presets import get_preset
+            from rlaccel_plugins.loader import get_preset
 
             get_preset(preset)  # unknown names fail here, with a suggestion
             variants = [v if v.stock else _in_precision(v.framework, v.overrides["dtype"], preset)

@@ -80,7 +80,7 @@ def make_vec_env(env_id: str, num_envs: int | str = "auto", backend: str = "auto
         4
         >>> env.close()
     """
-    from rlaccel_plugins.config import load_config
+    from rlaccel_plugins.loader import load_config
     from rlaccel_plugins.hardware import resolve_auto
     from rlaccel_plugins.plugins import get_plugin_manager
 

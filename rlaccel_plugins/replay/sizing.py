@@ -7,7 +7,8 @@ import logging
 import os
 from typing import Any
 
-from rlaccel_plugins.config import ReplayBufferConfig, load_config
+from rlaccel_plugins.config import ReplayBufferConfig
+from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.errors import invalid
 
 logger = logging.getLogger("rlaccel")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlaccel_plugins.config import AccelConfig, load_config
+from rlaccel_plugins.config import AccelConfig
+from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard

@@ -27,7 +27,8 @@ from tianshou.algorithm.algorithm_base import (
     TrainingStatsWrapper,
 )
 
-from rlaccel_plugins.config import AccelConfig, load_config
+from rlaccel_plugins.config import AccelConfig
+from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard

@@ -1,0 +1,69 @@
+"""`load_config`: a configuration from every source, and preset names resolved through the plugins.
+
+Sources, later wins (values): preset -> config file (``RLACCEL_CONFIG`` or ``[tool.rlaccel]`` in the
+nearest ``pyproject.toml``) -> keyword overrides. The preset itself is chosen by, first match wins:
+the ``preset=`` argument, the ``RLACCEL_PRESET`` environment variable, the file's ``preset`` key,
+else ``"default"`` (the article's values). Presets live in the plugin manager's registry, which the
+``rlaccel_register_presets`` hook fills (built-ins first).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from rlaccel_plugins.config import AccelConfig, find_project_config, read_config_file
+from rlaccel_plugins.errors import ConfigError
+from rlaccel_plugins.plugins import get_plugin_manager
+
+
+def get_preset(name: str) -> AccelConfig:
+    """The :class:`AccelConfig` of a preset.
+
+    Examples:
+        >>> import rlaccel_plugins as rla
+        >>> rla.get_preset("atari").replay_buffer.level_capacity
+        (1000, 5000, 20000, 100000)
+    """
+    return get_plugin_manager().presets.get(name)
+
+
+def preset_names() -> list[str]:
+    """Names of every registered preset, built-ins first."""
+    return get_plugin_manager().presets.names()
+
+
+def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any) -> AccelConfig:
+    """Load a configuration from every source, later wins.
+
+    Args:
+        src: ``None`` (look at ``RLACCEL_CONFIG`` then ``[tool.rlaccel]`` in the nearest
+            pyproject.toml), a path to a YAML/TOML file, a mapping, or an :class:`AccelConfig`.
+        preset: preset name; beats ``RLACCEL_PRESET`` and the file's ``preset`` key.
+        **overrides: flat (``batch_size=64``) or section (``training={...}``) values, applied last.
+
+    Examples:
+        >>> import rlaccel_plugins as rla
+        >>> rla.load_config(preset="atari", batch_size=256).training.batch_size
+        256
+    """
+    if isinstance(src, AccelConfig):
+        if preset is not None:
+            raise ConfigError(f"preset must be None when src is a ready AccelConfig (it would be discarded), got "
+                              f"preset={preset!r} with src=AccelConfig(preset={src.preset!r}). Pass one of the two.")
+        return src.merged(overrides)
+    file_values: dict[str, Any] = {}
+    if isinstance(src, Mapping):
+        file_values = dict(src)
+    elif src is not None:
+        file_values = read_config_file(src)
+    elif os.environ.get("RLACCEL_CONFIG"):
+        file_values = read_config_file(os.environ["RLACCEL_CONFIG"])
+    else:
+        project = find_project_config()
+        if project is not None:
+            file_values = read_config_file(project)
+    name = preset or os.environ.get("RLACCEL_PRESET") or file_values.pop("preset", None) or "default"
+    file_values.pop("preset", None)
+    return get_preset(name).merged(file_values).merged(overrides)
