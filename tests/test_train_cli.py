@@ -1,5 +1,6 @@
 """`rlaccel train` and `rlaccel demo` with tiny budgets, for both frameworks."""
 
+import dataclasses
 import json
 import time
 
@@ -118,3 +119,21 @@ def test_train_async_counts_every_step(framework, tmp_path):
     assert main(args) == 0
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["env_steps"] == 3000 and len(result["curve"]) == 3
+
+
+def test_the_callers_replay_config_reaches_the_buffers_rlaccel_builds(monkeypatch):
+    # rlaccel's own buffers take the run's config; the ambient one (here RLACCEL_PRESET) is for
+    # buffers SB3 or Tianshou build from a class name
+    from rlaccel_plugins.loader import load_config
+    from rlaccel_plugins.training import TrainSpec
+    from rlaccel_sb3.train import build
+    from rlaccel_tianshou import TieredVectorReplayBuffer
+
+    config = load_config(preset="classic_control", ratio_schedule="anneal", anneal_steps=777, dedup_frames=False)
+    monkeypatch.setenv("RLACCEL_PRESET", "atari")
+    model, _ = build(TrainSpec(framework="sb3", algo="dqn", env_id="CartPole-v1", config=config, steps=1000))
+    engine = model.replay_buffer.engine  # the engine keeps every field but n_step (the buffer applies it)
+    assert dataclasses.replace(engine.config, n_step=3) == config.replay_buffer and model.replay_buffer.n_steps == 3
+    buffer = TieredVectorReplayBuffer(config.replay_buffer.capacity, 2, replay_config=config.replay_buffer)
+    assert buffer.sampler.ratio_schedule == "anneal" and buffer.anneal_steps == 777
+    assert buffer.sampler.layout.level_capacity.tolist() == [5000, 45000]

@@ -73,17 +73,25 @@ def fit_tiers(replay: ReplayBufferConfig, capacity: int, num_envs: int = 1) -> R
 
 def resolve_replay_config(capacity: int, num_envs: int = 1, preset: str | None = None,
                           **overrides: Any) -> ReplayBufferConfig:
-    """The tiers a framework buffer of ``capacity`` transitions gets.
+    """The tiers a framework buffer of ``capacity`` transitions gets from the ambient configuration.
 
-    ``level_capacity`` in ``overrides`` wins and sets the capacity; else a named preset (the ``preset``
-    argument or ``RLACCEL_PRESET``) is fitted into ``capacity`` by :func:`fit_tiers` (its recent levels
-    as they are, the long-term level takes the rest); else the default proportions are scaled to
-    ``capacity`` (the framework's ``buffer_size``). Other overrides (ratios, schedule, beta) apply on top.
+    For buffers SB3 or Tianshou build from a class name (the config-flag feature: ``RLACCEL_PRESET``,
+    ``RLACCEL_CONFIG``, ``[tool.rlaccel]``). ``level_capacity`` in ``overrides`` wins and sets the
+    capacity; else the tiers are sized by :func:`tiers_for_capacity`. Other overrides (ratios,
+    schedule, beta) apply on top.
     """
     given = {k: v for k, v in overrides.items() if v is not None}
     config = load_config(preset=preset, **given).replay_buffer
     if "level_capacity" in given:
         return config
-    if preset is not None or os.environ.get("RLACCEL_PRESET"):
-        return fit_tiers(config, capacity, num_envs)
-    return scale_tiers(config, capacity, num_envs)
+    return tiers_for_capacity(config, capacity, num_envs, named_preset=preset is not None
+                              or bool(os.environ.get("RLACCEL_PRESET")))
+
+
+def tiers_for_capacity(replay: ReplayBufferConfig, capacity: int, num_envs: int = 1, *,
+                       named_preset: bool) -> ReplayBufferConfig:
+    """``replay``'s tiers in a buffer of ``capacity`` transitions: a named preset's are fitted
+    (:func:`fit_tiers`), the default proportions scaled (:func:`scale_tiers`)."""
+    if named_preset:
+        return fit_tiers(replay, capacity, num_envs)
+    return scale_tiers(replay, capacity, num_envs)

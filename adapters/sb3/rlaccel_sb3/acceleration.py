@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from stable_baselines3.common.buffers import DictReplayBuffer, NStepReplayBuffer
 
 from rlaccel_plugins.config import AccelConfig
 from rlaccel_plugins.loader import load_config
+from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_sb3.buffers import TieredBufferMixin, TieredDictReplayBuffer, TieredReplayBuffer
 from rlaccel_sb3.callback import SparseDenseCallback
@@ -136,15 +138,14 @@ def _explicit_level_capacity(overrides: dict[str, Any], config: AccelConfig) -> 
 def _tiered_copy(model: BaseAlgorithm, original: ReplayBuffer, config: AccelConfig, preset: str | None,
                  level_capacity: tuple[int, ...] | None) -> TieredBufferMixin:
     cls = TieredDictReplayBuffer if isinstance(original, DictReplayBuffer) else TieredReplayBuffer
-    rb = config.replay_buffer
+    replay = config.replay_buffer
+    if level_capacity is None:  # the model's capacity stays: the tiers are sized into it
+        replay = tiers_for_capacity(replay, model.buffer_size, model.n_envs,
+                                    named_preset=preset is not None or bool(os.environ.get("RLACCEL_PRESET")))
     n_step = dict(n_steps=original.n_steps, gamma=original.gamma) if isinstance(original, NStepReplayBuffer) else {}
     tiered = cls(model.buffer_size, model.observation_space, model.action_space, device=model.device,
                  n_envs=model.n_envs, optimize_memory_usage=original.optimize_memory_usage,
-                 handle_timeout_termination=original.handle_timeout_termination,
-                 preset=preset, level_capacity=None if level_capacity is None else list(level_capacity),
-                 sampling_ratio=list(rb.sampling_ratio),
-                 ratio_schedule=rb.ratio_schedule, anneal_steps=rb.anneal_steps,
-                 importance_beta=rb.importance_beta, **n_step)
+                 handle_timeout_termination=original.handle_timeout_termination, replay_config=replay, **n_step)
     _copy_rows(original, tiered, original.size())
     return tiered
 

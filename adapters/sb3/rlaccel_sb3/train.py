@@ -121,10 +121,8 @@ def build(spec: TrainSpec):
                 kwargs["train_freq"], kwargs["gradient_steps"] = update_cadence(
                     training.replay_ratio, training.batch_size, n_envs, kwargs.get("train_freq", 1))
             rb = spec.config.replay_buffer
-            kwargs.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(
-                level_capacity=list(rb.level_capacity), sampling_ratio=list(rb.sampling_ratio),
-                ratio_schedule=rb.ratio_schedule, anneal_steps=rb.anneal_steps, importance_beta=rb.importance_beta,
-                seed=spec.seed))
+            kwargs.update(replay_buffer_class=TieredReplayBuffer,
+                          replay_buffer_kwargs=dict(replay_config=rb, seed=spec.seed))
             kwargs["buffer_size"] = rb.capacity
             if rb.n_step != "auto":
                 kwargs["n_steps"] = rb.n_step  # handed to the tiered buffer below

@@ -16,20 +16,24 @@ from typing import Any
 import numpy as np
 from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager
 
+from rlaccel_plugins.config import ReplayBufferConfig
 from rlaccel_plugins.replay import TieredSampler, TierLayout
 from rlaccel_plugins.replay.sizing import resolve_replay_config
 
 logger = logging.getLogger("rlaccel")
 
 
-def _tier_settings(size: int, num_streams: int, preset: str | None, overrides: dict[str, Any]):
+def _tier_settings(size: int, num_streams: int, preset: str | None, overrides: dict[str, Any],
+                   replay: ReplayBufferConfig | None = None):
     """The replay config and per-stream tier layout for a buffer of ``size`` transitions.
 
     Each stream holds ``ceil(size / num_streams)`` transitions, as in Tianshou's ``VectorReplayBuffer``;
-    only an explicit ``level_capacity`` changes that.
+    only an explicit ``level_capacity`` changes that. A ready ``replay`` config (rlaccel's own
+    buffers) is used as it is; otherwise the ambient configuration decides.
     """
     capacity = -(-int(size) // num_streams) * num_streams
-    replay = resolve_replay_config(capacity, num_streams, preset, **overrides)
+    if replay is None:
+        replay = resolve_replay_config(capacity, num_streams, preset, **overrides)
     layout = TierLayout(replay.level_capacity, num_streams)
     if layout.capacity != capacity:
         logger.info("rlaccel: level_capacity=%s sets the buffer's capacity to %d transitions (size was %d)",
@@ -108,6 +112,8 @@ class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):
         preset, level_capacity, sampling_ratio, ratio_schedule, anneal_steps, importance_beta: tiers;
             an explicit ``level_capacity`` sets the capacity to its sum; a preset keeps ``size`` (its
             recent levels as they are, the long-term level takes the rest).
+        replay_config: a ready ``ReplayBufferConfig`` used as it is (what ``rlaccel train`` passes);
+            the ambient configuration and the tier arguments are then not read.
 
     With ``importance_beta`` each sampled batch carries ``batch.weight`` (used by Tianshou's
     MSE-based losses: DQN without Huber, DDPG/TD3/SAC critics).
@@ -123,11 +129,12 @@ class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):
                  save_only_last_obs: bool = False, sample_avail: bool = False, random_seed: int = 42, *,
                  preset: str | None = None, level_capacity: list[int] | None = None,
                  sampling_ratio: list[float] | None = None, ratio_schedule: str | None = None,
-                 anneal_steps: int | None = None, importance_beta: float | None = None, **kwargs: Any) -> None:
+                 anneal_steps: int | None = None, importance_beta: float | None = None,
+                 replay_config: ReplayBufferConfig | None = None, **kwargs: Any) -> None:
         replay, layout = _tier_settings(size, 1, preset, dict(
             level_capacity=level_capacity, levels=len(level_capacity) if level_capacity else None,
             sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
-            importance_beta=importance_beta))
+            importance_beta=importance_beta), replay_config)
         super().__init__(layout.total_rows, stack_num=stack_num, ignore_obs_next=ignore_obs_next,
                          save_only_last_obs=save_only_last_obs, sample_avail=sample_avail,
                          random_seed=random_seed, **kwargs)
@@ -157,7 +164,8 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
     def __init__(self, total_size: int, buffer_num: int, *, preset: str | None = None,
                  level_capacity: list[int] | None = None, sampling_ratio: list[float] | None = None,
                  ratio_schedule: str | None = None, anneal_steps: int | None = None,
-                 importance_beta: float | None = None, random_seed: int = 42, **kwargs: Any) -> None:
+                 importance_beta: float | None = None, random_seed: int = 42,
+                 replay_config: ReplayBufferConfig | None = None, **kwargs: Any) -> None:
         if buffer_num < 1:
             from rlaccel_plugins.errors import invalid
 
@@ -165,7 +173,7 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
         replay, layout = _tier_settings(total_size, buffer_num, preset, dict(
             level_capacity=level_capacity, levels=len(level_capacity) if level_capacity else None,
             sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
-            importance_beta=importance_beta))
+            importance_beta=importance_beta), replay_config)
         # independent streams: Tianshou gives every sub-buffer RandomState(42)
         children = [ReplayBuffer(layout.total_rows, random_seed=random_seed + i, **kwargs) for i in range(buffer_num)]
         super().__init__(children)

@@ -72,10 +72,7 @@ def run(spec: TrainSpec, progress) -> TrainResult:
         # DQN refreshes it between training rounds of 256 env steps)
         eps, lr, gamma, target = 1.0, training.learning_rate, 0.99, max(1, round(256 * ups))
         rb = spec.config.replay_buffer
-        buffer = TieredVectorReplayBuffer(rb.capacity, num_envs, level_capacity=list(rb.level_capacity),
-                                          sampling_ratio=list(rb.sampling_ratio), ratio_schedule=rb.ratio_schedule,
-                                          anneal_steps=rb.anneal_steps, importance_beta=rb.importance_beta,
-                                          random_seed=spec.seed)
+        buffer = TieredVectorReplayBuffer(rb.capacity, num_envs, replay_config=rb, random_seed=spec.seed)
     policy = DiscreteQLearningPolicy(model=net, action_space=probe.action_space, eps_training=eps, eps_inference=0.0)
     n_step = 3 if spec.stock or spec.config.replay_buffer.n_step == "auto" else spec.config.replay_buffer.n_step
     algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=lr), gamma=gamma, n_step_return_horizon=n_step,
