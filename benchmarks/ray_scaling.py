@@ -25,7 +25,7 @@ def _model(n_envs: int):
     from stable_baselines3 import DQN
 
     from rlaccel_sb3 import TieredReplayBuffer
-    from rlaccel_sb3.train import make_env
+    from rlaccel_sb3.envs import make_env
 
     # learning_starts=0: the policy acts (batched inference) from the first step; gradient_steps=0: no updates
     model = DQN("MlpPolicy", make_env("CartPole-v1", n_envs, 0, accelerated=True), learning_starts=0,

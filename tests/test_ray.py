@@ -88,7 +88,7 @@ def test_sb3_dqn_keeps_training_when_an_actor_is_killed_and_loses_no_acknowledge
 
     from rlaccel_sb3 import TieredReplayBuffer
     from rlaccel_sb3.ray_learn import learn_ray
-    from rlaccel_sb3.train import make_env
+    from rlaccel_sb3.envs import make_env
 
     model = DQN("MlpPolicy", make_env("CartPole-v1", 2, 0, accelerated=True), learning_starts=200, train_freq=4,
                 gradient_steps=2, batch_size=32, seed=0, policy_kwargs=dict(net_arch=[32, 32]),

@@ -30,6 +30,7 @@ from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.parallel.ray_actors import (RayActorPool, RayRun, connect, cpu_weights, feed_learner,
                                                  weightless_copy)
 from rlaccel_sb3.async_learn import OffPolicyLearner, choose_actions, replay_ratio
+from rlaccel_sb3.envs import make_env
 
 INFO_KEYS = ("terminal_observation", "TimeLimit.truncated", "episode", "is_success")
 
@@ -40,8 +41,6 @@ class Sb3RolloutWorker:
     def __init__(self, index: int, env_id: str, n_envs: int, seed: int, policy: Any, chunk_steps: int,
                  accelerated: bool = True) -> None:
         import torch
-
-        from rlaccel_sb3.train import make_env
 
         torch.set_num_threads(1)  # an actor is one CPU of the cluster
         self.env = make_env(env_id, n_envs, seed + 1_000 * (index + 1), accelerated)

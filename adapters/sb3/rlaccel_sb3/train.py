@@ -20,17 +20,14 @@ import yaml
 from sb3_contrib import QRDQN
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
-from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
-from stable_baselines3.common.vec_env import VecMonitor
 
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.parallel.atari import is_atari
-from rlaccel_plugins.parallel.factory import envpool_pays
 from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition, update_cadence
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import SparseDenseCallback
-from rlaccel_sb3.envpool_vec_env import EnvPoolVecEnv
+from rlaccel_sb3.envs import make_env
 
 ALGOS = {"dqn": DQN, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "ddpg": DDPG, "ppo": PPO, "a2c": A2C}
 
@@ -73,28 +70,6 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
 def zoo_settings(algo: str, env_id: str) -> dict[str, Any]:
     """RL Zoo's settings for the task (its ``atari`` entry for Atari games; SB3's defaults otherwise)."""
     return copy.deepcopy(ZOO.get((algo, "atari" if is_atari(env_id) else env_id), {}))
-
-
-def make_env(env_id: str, n_envs: int, seed: int, accelerated: bool, evaluation: bool = False):
-    """The training (or evaluation) VecEnv: envpool for rlaccel where it can, SB3's own otherwise.
-
-    Atari follows RL Zoo: SB3's ``AtariWrapper`` + 4-frame stack on ``<Game>NoFrameskip-v4`` for stock,
-    envpool with the same preprocessing for rlaccel; evaluation envs score whole games, unclipped.
-    """
-    if is_atari(env_id):
-        if accelerated:
-            options = dict(episodic_life=False, reward_clip=False) if evaluation else {}
-            return VecMonitor(EnvPoolVecEnv(env_id, num_envs=n_envs, seed=seed, sb3_atari=True, **options))
-        from stable_baselines3.common.env_util import make_atari_env
-        from stable_baselines3.common.vec_env import VecFrameStack
-
-        game = env_id.split("-")[0]
-        wrapper = dict(terminal_on_life_loss=False, clip_reward=False) if evaluation else None
-        return VecFrameStack(make_atari_env(f"{game}NoFrameskip-v4", n_envs=n_envs, seed=seed,
-                                            wrapper_kwargs=wrapper), 4)
-    if accelerated and envpool_pays(env_id, n_envs):
-        return VecMonitor(EnvPoolVecEnv(env_id, num_envs=n_envs, seed=seed))
-    return make_vec_env(env_id, n_envs=n_envs, seed=seed)
 
 
 def build(spec: TrainSpec):

@@ -24,6 +24,7 @@ import numpy as np
 from rlaccel_plugins.parallel.ray_actors import (RayActorPool, RayRun, connect, cpu_weights, feed_learner,
                                                  weightless_copy)
 from rlaccel_tianshou.async_training import ChunkCollector, OffPolicyLearner
+from rlaccel_tianshou.envs import make_envs
 
 
 class TianshouRolloutWorker:
@@ -32,10 +33,8 @@ class TianshouRolloutWorker:
     def __init__(self, index: int, env_id: str, n_envs: int, seed: int, policy: Any, chunk_steps: int) -> None:
         import torch
 
-        from rlaccel_tianshou.train import _envs
-
         torch.set_num_threads(1)  # an actor is one CPU of the cluster
-        envs = _envs(env_id, n_envs, seed + 1_000 * (index + 1), True)
+        envs = make_envs(env_id, n_envs, seed + 1_000 * (index + 1), True)
         self.chunks = ChunkCollector(policy.to_empty(device="cpu"), envs, chunk_steps)
 
     def load_weights(self, weights: dict) -> None:

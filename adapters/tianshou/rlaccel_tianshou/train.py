@@ -22,29 +22,18 @@ from tianshou.algorithm import DQN
 from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
 from tianshou.algorithm.optim import AdamOptimizerFactory
 from tianshou.data import Collector, VectorReplayBuffer
-from tianshou.env import DummyVectorEnv
 from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
 
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
-from rlaccel_plugins.parallel.factory import envpool_pays, envpool_threads
 from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.checkpointing import Checkpoints, StoppedBySignal
+from rlaccel_tianshou.envs import make_envs
 from rlaccel_tianshou.wrapper import SparseDenseWrapper
 
 NUM_ENVS = 10  # Tianshou's test_dqn.py; rlaccel uses the preset's parallel_envs
-
-
-def _envs(env_id: str, n: int, seed: int, envpool_ok: bool):
-    if envpool_ok and envpool_pays(env_id, n):
-        import envpool
-
-        return envpool.make_gymnasium(env_id, num_envs=n, seed=seed, num_threads=envpool_threads(env_id, n))
-    venv = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(n)])
-    venv.seed(seed)
-    return venv
 
 
 def run(spec: TrainSpec, progress) -> TrainResult:
@@ -86,9 +75,9 @@ def run(spec: TrainSpec, progress) -> TrainResult:
         buffer, saved = checkpoints.resume()
         offset = saved["env_steps"]
         policy.set_eps_training(saved.get("eps_training", eps))
-    training_collector = Collector(algorithm, _envs(spec.env_id, num_envs, spec.seed + offset, not spec.stock),
+    training_collector = Collector(algorithm, make_envs(spec.env_id, num_envs, spec.seed + offset, not spec.stock),
                                    buffer, exploration_noise=True)
-    eval_collector = Collector(algorithm, _envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
+    eval_collector = Collector(algorithm, make_envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
     training_collector.reset(reset_buffer=not spec.resume)
     if not spec.resume:
         training_collector.collect(n_step=batch * num_envs, random=True)
@@ -296,7 +285,7 @@ def _train_async(run: _Run, buffer, batch, ups, eval_collector) -> int:
     from rlaccel_tianshou.async_training import train_async
 
     spec, on_chunk = run.spec, _ChunkEvaluation(run, eval_collector)
-    envs = _envs(spec.env_id, buffer.buffer_num, spec.seed + 1 + run.offset, True)
+    envs = make_envs(spec.env_id, buffer.buffer_num, spec.seed + 1 + run.offset, True)
     return run.offset + train_async(run.monitor.algorithm, envs, buffer, run.remaining, batch_size=batch,
                                     gradient_steps_per_sample=ups, sync_interval=spec.config.training.sync_interval,
                                     on_chunk=on_chunk, should_stop=lambda: on_chunk.stop)
