@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.errors import ConfigError
 
 log = logging.getLogger("rlaccel")
@@ -159,20 +160,18 @@ class CheckpointSchedule:
 
     def __init__(self, every: int, stop: StopSignal | None = None) -> None:
         self.every, self.stop = every, stop
-        self._next: int | None = None
+        self._cadence = EnvStepCadence(0)
 
     def start(self, env_steps: int) -> None:
         """Begin (or resume) at ``env_steps``: the next periodic checkpoint is the next multiple of ``every``."""
-        self._next = (env_steps // self.every + 1) * self.every if self.every else None
+        self._cadence = EnvStepCadence(self.every)
+        self._cadence.start(env_steps)
 
     def due(self, env_steps: int) -> str | None:
         """``"signal"``, ``"periodic"`` or None; a periodic answer moves the next one on."""
         if self.stop is not None and self.stop.received is not None:
             return "signal"
-        if self._next is not None and env_steps >= self._next:
-            self._next += self.every
-            return "periodic"
-        return None
+        return "periodic" if self._cadence.due(env_steps) else None
 
 
 def store_for(spec) -> CheckpointStore:

@@ -33,8 +33,8 @@ class AdapterSpec:
         supports: human description of the objects it accelerates (for error messages).
         accelerate: ``"module:function"`` implementing ``accelerate(obj, preset=None, **overrides)``.
         install_hint: the pip command that installs the framework.
-        train: ``"module:function"`` implementing ``run(spec, progress) -> TrainResult`` for
-            ``rlaccel train`` (optional).
+        train: ``"module:callable"`` that builds a :class:`~rlaccel_plugins.training.TrainingRun` from a
+            ``TrainSpec``, for ``rlaccel train`` (optional; the core's template runs it).
         export: ``"module:function"`` implementing ``export(model_path, onnx_path) -> dict`` for
             ``rlaccel export`` (optional).
     """

@@ -1,8 +1,12 @@
-"""What `rlaccel train` and `rlaccel demo` run: a framework-neutral spec, result and evaluation clock.
+"""What `rlaccel train` and `rlaccel demo` run: one template for every framework (DESIGN.md §11).
 
-Adapters implement ``run(spec, progress) -> TrainResult`` (registered as ``AdapterSpec.train``); the
-core never imports a framework. Time-to-threshold follows DESIGN.md §8: training wall time with the
-evaluation time excluded, until a deterministic 10-episode evaluation reaches the task's threshold.
+:func:`run_training` owns a run: checks, the logdir and ``spec.json``, signals, progress, the
+evaluation clock, the result, the saved model, ``rlaccel.yaml`` and ``result.json``. An adapter
+supplies only what knows its framework: its ``train`` entry (``AdapterSpec.train``) builds a
+:class:`TrainingRun` from the spec (the agent), whose ``learn`` trains in sync, async or Ray mode and
+whose ``save`` writes the model. The core never imports a framework. Time-to-threshold follows
+DESIGN.md §8: training wall time with the evaluation time excluded, until a deterministic
+10-episode evaluation reaches the task's threshold.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlaccel_plugins.config import AccelConfig
 
@@ -71,6 +75,11 @@ class TrainSpec:
     def variant(self) -> str:
         return "stock" if self.stock else f"rlaccel[{self.config.preset}]"
 
+    def summary(self) -> dict[str, Any]:
+        """What identifies the run in its result."""
+        return {"framework": self.framework, "algo": self.algo, "env_id": self.env_id, "variant": self.variant,
+                "seed": self.seed, "steps": self.steps}
+
 
 @dataclass
 class EvalPoint:
@@ -105,6 +114,29 @@ class TrainResult:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=2, default=str))
+
+
+@dataclass
+class Learned:
+    """What an adapter's :meth:`TrainingRun.learn` reports; the template builds the result from it."""
+
+    env_steps: int
+    gradient_steps: int = 0
+    stats: dict[str, float] = field(default_factory=dict)
+    replay_bytes_per_transition: float | None = None
+    checkpoint: str | None = None      # the newest checkpoint written
+
+
+class TrainingRun(Protocol):
+    """The framework-specific part of one run, built by the adapter's ``train`` entry from a
+    :class:`TrainSpec` (the agent is built then; ``spec.stop`` is the run's :class:`StopSignal`)."""
+
+    def learn(self, progress: Any, clock: EvalClock) -> Learned:
+        """Train (``spec.async_mode`` / ``spec.ray`` choose the mode; ``spec.resume`` continues from the
+        newest checkpoint), evaluating every ``spec.eval_freq`` env steps on ``clock``."""
+
+    def save(self, out: Path) -> Path:
+        """Write the trained model into the directory ``out``; return its path."""
 
 
 class EvalClock:
@@ -218,13 +250,34 @@ def run_training(spec: TrainSpec) -> TrainResult:
                 TrainingProgress(total=spec.steps, label=f"{spec.framework} {spec.algo} {spec.env_id} {spec.variant}",
                                  enabled=spec.progress) as progress:
             spec.stop = stop
-            result = adapter.load("train")(spec, progress)
+            training: TrainingRun = adapter.load("train")(spec)
+            clock = EvalClock()
+            result = _result(spec, training, clock, training.learn(progress, clock))
     finally:
         if run is not None:
             run.finish()
     if spec.logdir:
         Path(spec.logdir).mkdir(parents=True, exist_ok=True)
         result.save(Path(spec.logdir) / "result.json")
+    return result
+
+
+def _result(spec: TrainSpec, training: TrainingRun, clock: EvalClock, learned: Learned) -> TrainResult:
+    """The run's result; a finished run with a logdir also saves its model and ``rlaccel.yaml``."""
+    result = TrainResult(spec=spec.summary(), curve=clock.curve, env_steps=learned.env_steps,
+                         train_seconds=clock.train_seconds(), model_path=None, stats=learned.stats,
+                         gradient_steps=learned.gradient_steps, checkpoint=learned.checkpoint,
+                         replay_bytes_per_transition=learned.replay_bytes_per_transition)
+    if spec.stop is not None and spec.stop.received is not None:
+        result.stopped_by_signal = spec.stop.received
+        return result  # the checkpoint is the state to resume from; the final save is for finished runs
+    if spec.logdir:
+        import yaml
+
+        out = Path(spec.logdir)
+        out.mkdir(parents=True, exist_ok=True)
+        result.model_path = str(training.save(out))
+        (out / "rlaccel.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
     return result
 
 

@@ -15,7 +15,7 @@ def rlaccel_register_adapters(registry: Any) -> None:
     registry.add(AdapterSpec(
         name="sb3", framework="stable_baselines3",
         supports="Stable-Baselines3 / sb3-contrib models (BaseAlgorithm)",
-        accelerate="rlaccel_sb3.acceleration:accelerate", train="rlaccel_sb3.train:run",
+        accelerate="rlaccel_sb3.acceleration:accelerate", train="rlaccel_sb3.train:Sb3Training",
         export="rlaccel_sb3.export:export",
         install_hint='Install it with: pip install "rlaccel-plugins[sb3]"'))
 

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from sb3_contrib import QRDQN
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.evaluation import evaluate_policy
 
+from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.parallel.atari import is_atari
-from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition, update_cadence
+from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, update_cadence
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import SparseDenseCallback
 from rlaccel_sb3.envs import make_env
@@ -122,10 +122,10 @@ class _EvalAndProgress(BaseCallback):
         super().__init__()
         self.spec, self.progress, self.clock, self.sparse = spec, progress, clock, sparse
         self.eval_env = make_env(spec.env_id, 1, spec.seed + 10_000, accelerated=not spec.stock, evaluation=True)
-        self._next_eval = spec.eval_freq
+        self.cadence = EnvStepCadence(spec.eval_freq)
 
     def _on_training_start(self) -> None:  # a resumed run continues the evaluation cadence
-        self._next_eval = (self.num_timesteps // self.spec.eval_freq + 1) * self.spec.eval_freq
+        self.cadence.start(self.num_timesteps)
 
     def _on_step(self) -> bool:
         steps = self.num_timesteps
@@ -134,9 +134,8 @@ class _EvalAndProgress(BaseCallback):
             counts = self.sparse.stats if self.sparse is not None else {}
             self.progress.update(steps, reward=float(np.mean(rewards)) if rewards else None,
                                  full=counts.get("full_updates"), dense=counts.get("dense_updates"))
-        if steps < self._next_eval:
+        if not self.cadence.due(steps):
             return True
-        self._next_eval += self.spec.eval_freq
         mean = self.clock.evaluate(steps, lambda: evaluate_policy(
             self.model, self.eval_env, n_eval_episodes=self.spec.eval_episodes, deterministic=True)[0])
         self.progress.update(steps, eval=mean)
@@ -167,62 +166,59 @@ def replay_bytes_per_transition(model) -> float | None:
     return bytes_per_transition(arrays, buffer.buffer_size * buffer.n_envs)
 
 
-def run(spec: TrainSpec, progress) -> TrainResult:
-    """Train ``spec`` with SB3; returns the evaluation curve and where the model was saved.
+class Sb3Training:
+    """One ``rlaccel train`` run with SB3 (the core template's :class:`TrainingRun`): the model is built
+    from the spec, ``learn`` trains it in sync, async or Ray mode, ``save`` writes ``model.zip``.
 
     With ``spec.logdir``: checkpoints every ``checkpoint.every_steps`` and on SIGTERM/SIGINT;
     ``spec.resume`` continues from the newest valid checkpoint there.
     """
-    from rlaccel_plugins.checkpoint import note_resume
-    from rlaccel_sb3.checkpointing import CheckpointCallback, resume
 
-    model, callbacks = build(spec)
-    sparse = next((c for c in callbacks if isinstance(c, SparseDenseCallback)), None)
-    clock = EvalClock()
-    resumed = None
-    if spec.resume:
-        model, resumed = resume(spec, type(model), model.get_env(), clock, sparse)
-        if getattr(model, "replay_buffer", None) is not None:
-            note_resume(spec.logdir, resumed, model.num_timesteps, model.replay_buffer)
-    checkpoints = CheckpointCallback(spec, clock, sparse) if spec.logdir else None
-    evaluation = _EvalAndProgress(spec, progress, clock, sparse)
-    callback = CallbackList([*callbacks, evaluation, *([checkpoints] if checkpoints else [])])
-    remaining = max(0, spec.steps - model.num_timesteps)
-    ray_run = None
-    if spec.ray is not None:
-        from rlaccel_sb3.ray_learn import learn_ray
+    def __init__(self, spec: TrainSpec) -> None:
+        self.spec = spec
+        self.model, self.callbacks = build(spec)
+        self.sparse = next((c for c in self.callbacks if isinstance(c, SparseDenseCallback)), None)
 
-        def show(metrics: dict) -> None:
-            progress.update(model.num_timesteps, actors=spec.ray["actors"], lag=metrics.get("ray/policy_lag"),
-                            actor_fps=metrics.get("ray/env_steps_per_s"))
+    def learn(self, progress, clock: EvalClock) -> Learned:
+        from rlaccel_plugins.checkpoint import note_resume
+        from rlaccel_sb3.checkpointing import CheckpointCallback, resume
 
-        ray_run = learn_ray(model, remaining, spec.env_id, actors=spec.ray["actors"],
-                            chunk_steps=spec.ray["chunk_steps"], max_in_flight=spec.ray["max_in_flight"],
-                            sync_interval=spec.config.training.sync_interval, callback=callback,
-                            reset_num_timesteps=resumed is None, address=spec.ray["address"],
-                            accelerated=not spec.stock, on_metrics=show)
-    elif spec.async_mode:
-        from rlaccel_sb3.async_learn import learn_async
+        spec, sparse = self.spec, self.sparse
+        resumed = None
+        if spec.resume:
+            self.model, resumed = resume(spec, type(self.model), self.model.get_env(), clock, sparse)
+            if getattr(self.model, "replay_buffer", None) is not None:
+                note_resume(spec.logdir, resumed, self.model.num_timesteps, self.model.replay_buffer)
+        model = self.model
+        checkpoints = CheckpointCallback(spec, clock, sparse) if spec.logdir else None
+        evaluation = _EvalAndProgress(spec, progress, clock, sparse)
+        callback = CallbackList([*self.callbacks, evaluation, *([checkpoints] if checkpoints else [])])
+        remaining = max(0, spec.steps - model.num_timesteps)
+        ray_metrics = {}
+        if spec.ray is not None:
+            from rlaccel_sb3.ray_learn import learn_ray
 
-        learn_async(model, remaining, callback=callback, sync_interval=spec.config.training.sync_interval)
-    elif remaining:
-        model.learn(remaining, callback=callback, reset_num_timesteps=resumed is None)
-    result = TrainResult(spec={"framework": spec.framework, "algo": spec.algo, "env_id": spec.env_id,
-                               "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
-                         curve=clock.curve, env_steps=model.num_timesteps, train_seconds=clock.train_seconds(),
-                         stats=sparse.stats if sparse is not None else {}, gradient_steps=gradient_steps(model),
-                         replay_bytes_per_transition=replay_bytes_per_transition(model))
-    if ray_run is not None:
-        result.stats.update(ray_run.metrics)
-    if checkpoints is not None and checkpoints.last is not None:
-        result.checkpoint = str(checkpoints.last.path)
-    if spec.stop is not None and spec.stop.received is not None:
-        result.stopped_by_signal = spec.stop.received
-        return result  # the checkpoint is the state to resume from; the final save is for finished runs
-    if spec.logdir:
-        out = Path(spec.logdir)
-        out.mkdir(parents=True, exist_ok=True)
-        model.save(out / "model.zip")
-        (out / "rlaccel.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
-        result.model_path = str(out / "model.zip")
-    return result
+            def show(metrics: dict) -> None:
+                progress.update(model.num_timesteps, actors=spec.ray["actors"], lag=metrics.get("ray/policy_lag"),
+                                actor_fps=metrics.get("ray/env_steps_per_s"))
+
+            ray_metrics = learn_ray(model, remaining, spec.env_id, actors=spec.ray["actors"],
+                                    chunk_steps=spec.ray["chunk_steps"], max_in_flight=spec.ray["max_in_flight"],
+                                    sync_interval=spec.config.training.sync_interval, callback=callback,
+                                    reset_num_timesteps=resumed is None, address=spec.ray["address"],
+                                    accelerated=not spec.stock, on_metrics=show).metrics
+        elif spec.async_mode:
+            from rlaccel_sb3.async_learn import learn_async
+
+            learn_async(model, remaining, callback=callback, sync_interval=spec.config.training.sync_interval)
+        elif remaining:
+            model.learn(remaining, callback=callback, reset_num_timesteps=resumed is None)
+        last = checkpoints.last if checkpoints is not None else None
+        return Learned(env_steps=model.num_timesteps, gradient_steps=gradient_steps(model),
+                       stats={**(sparse.stats if sparse is not None else {}), **ray_metrics},
+                       replay_bytes_per_transition=replay_bytes_per_transition(model),
+                       checkpoint=str(last.path) if last is not None else None)
+
+    def save(self, out: Path) -> Path:
+        self.model.save(out / "model.zip")
+        return out / "model.zip"

@@ -15,7 +15,7 @@ def rlaccel_register_adapters(registry: Any) -> None:
     registry.add(AdapterSpec(
         name="tianshou", framework="tianshou",
         supports="Tianshou 2.0 algorithms (tianshou.algorithm.Algorithm)",
-        accelerate="rlaccel_tianshou.acceleration:accelerate", train="rlaccel_tianshou.train:run",
+        accelerate="rlaccel_tianshou.acceleration:accelerate", train="rlaccel_tianshou.train:TianshouTraining",
         export="rlaccel_tianshou.export:export",
         install_hint='Install it with: pip install "rlaccel-plugins[tianshou]"'))
 

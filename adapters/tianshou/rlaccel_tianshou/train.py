@@ -17,7 +17,6 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-import yaml
 from tianshou.algorithm import DQN
 from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
 from tianshou.algorithm.optim import AdamOptimizerFactory
@@ -27,7 +26,8 @@ from tianshou.utils.net.common import Net
 
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
-from rlaccel_plugins.training import EvalClock, TrainResult, TrainSpec, bytes_per_transition
+from rlaccel_plugins.cadence import EnvStepCadence
+from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.checkpointing import Checkpoints, StoppedBySignal
 from rlaccel_tianshou.envs import make_envs
@@ -36,90 +36,89 @@ from rlaccel_tianshou.wrapper import SparseDenseWrapper
 NUM_ENVS = 10  # Tianshou's test_dqn.py; rlaccel uses the preset's parallel_envs
 
 
-def run(spec: TrainSpec, progress) -> TrainResult:
-    if spec.algo != "dqn":
-        raise TypeError(f"algo must be 'dqn' for --framework tianshou, got algo={spec.algo!r}. "
-                        "Use --framework sb3 for the other algorithms.")
-    torch.manual_seed(spec.seed)
-    np.random.seed(spec.seed)
-    probe = gym.make(spec.env_id)
-    obs_dim, n_actions = int(np.prod(probe.observation_space.shape)), int(probe.action_space.n)
-    training = spec.config.training
-    if spec.stock:
-        num_envs = NUM_ENVS
-        hidden = [128] * 4
-        net = Net(state_shape=obs_dim, action_shape=n_actions, hidden_sizes=hidden)
-        eps, lr, gamma, target, batch, ups = 0.1, 1e-3, 0.9, 320, 64, 0.1
-        buffer = VectorReplayBuffer(20_000, num_envs)
-    else:
-        num_envs = resolve_auto(spec.config).parallel_envs
-        hidden = [256, 256] if training.net_arch == "auto" else list(training.net_arch)
-        net = Net(state_shape=obs_dim, action_shape=n_actions, hidden_sizes=hidden)
-        batch = training.batch_size
-        ups = 0.5 if training.replay_ratio == "auto" else training.replay_ratio / batch
-        # the target net is refreshed every 256 env steps whatever the replay ratio (RL Zoo's CartPole
-        # DQN refreshes it between training rounds of 256 env steps)
-        eps, lr, gamma, target = 1.0, training.learning_rate, 0.99, max(1, round(256 * ups))
-        rb = spec.config.replay_buffer
-        buffer = TieredVectorReplayBuffer(rb.capacity, num_envs, replay_config=rb, random_seed=spec.seed)
-    policy = DiscreteQLearningPolicy(model=net, action_space=probe.action_space, eps_training=eps, eps_inference=0.0)
-    n_step = 3 if spec.stock or spec.config.replay_buffer.n_step == "auto" else spec.config.replay_buffer.n_step
-    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=lr), gamma=gamma, n_step_return_horizon=n_step,
-                    target_update_freq=target)
-    if not spec.stock:
-        algorithm = SparseDenseWrapper(algorithm, config=spec.config)
-    clock = EvalClock()
-    checkpoints = Checkpoints(spec, algorithm, clock)
-    offset = 0
-    if spec.resume:
-        buffer, saved = checkpoints.resume()
-        offset = saved["env_steps"]
-        policy.set_eps_training(saved.get("eps_training", eps))
-    training_collector = Collector(algorithm, make_envs(spec.env_id, num_envs, spec.seed + offset, not spec.stock),
-                                   buffer, exploration_noise=True)
-    eval_collector = Collector(algorithm, make_envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
-    training_collector.reset(reset_buffer=not spec.resume)
-    if not spec.resume:
-        training_collector.collect(n_step=batch * num_envs, random=True)
-    counter = _count_updates(algorithm)
-    monitor = _Monitor(spec, progress, algorithm, buffer)
-    checkpoints.start(buffer, offset)
-    run = _Run(spec, monitor, checkpoints, policy, clock, offset)
-    stopped, ray_metrics = None, {}
-    try:
-        if spec.ray is not None:
-            env_steps, ray_metrics = _train_ray(run, buffer, batch, ups, eval_collector)
-        elif spec.async_mode:
-            env_steps = _train_async(run, buffer, batch, ups, eval_collector)
+class TianshouTraining:
+    """One ``rlaccel train --framework tianshou`` run (the core template's :class:`TrainingRun`): the
+    DQN agent, its buffer and collectors are built from the spec, ``learn`` trains it in sync, async
+    or Ray mode, ``save`` writes ``algorithm.pt`` and the ``model.json`` that ``rlaccel export`` reads."""
+
+    def __init__(self, spec: TrainSpec) -> None:
+        if spec.algo != "dqn":
+            raise TypeError(f"algo must be 'dqn' for --framework tianshou, got algo={spec.algo!r}. "
+                            "Use --framework sb3 for the other algorithms.")
+        self.spec = spec
+        torch.manual_seed(spec.seed)
+        np.random.seed(spec.seed)
+        probe = gym.make(spec.env_id)
+        self.obs_dim, self.n_actions = int(np.prod(probe.observation_space.shape)), int(probe.action_space.n)
+        training = spec.config.training
+        if spec.stock:
+            self.num_envs = NUM_ENVS
+            self.hidden = [128] * 4
+            self.eps, lr, gamma, target, self.batch, self.ups = 0.1, 1e-3, 0.9, 320, 64, 0.1
+            self.buffer = VectorReplayBuffer(20_000, self.num_envs)
         else:
-            env_steps = _train_sync(run, algorithm, training_collector, eval_collector, batch, ups)
-    except StoppedBySignal as stop:
-        stopped, env_steps = stop.args[0], checkpoints.last.step
-    finally:
-        monitor.close()
-    updater, guard = getattr(algorithm, "updater", None), getattr(algorithm, "guard", None)
-    result = TrainResult(spec={"framework": "tianshou", "algo": spec.algo, "env_id": spec.env_id,
-                               "variant": spec.variant, "seed": spec.seed, "steps": spec.steps},
-                         curve=clock.curve, env_steps=env_steps,
-                         train_seconds=clock.train_seconds(), stats={**(updater.stats if updater is not None else {}),
-                                                               **(guard.stats if guard is not None else {}),
-                                                               **ray_metrics},
-                         gradient_steps=counter["updates"],
-                         replay_bytes_per_transition=bytes_per_transition(_arrays(buffer._meta), buffer.maxsize))
-    result.checkpoint = str(checkpoints.last.path) if checkpoints.last is not None else None
-    if stopped is not None:
-        result.stopped_by_signal = stopped
-        return result
-    if spec.logdir:
-        out = Path(spec.logdir)
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save(algorithm.state_dict(), out / "algorithm.pt")
+            self.num_envs = resolve_auto(spec.config).parallel_envs
+            self.hidden = [256, 256] if training.net_arch == "auto" else list(training.net_arch)
+            self.batch = training.batch_size
+            self.ups = 0.5 if training.replay_ratio == "auto" else training.replay_ratio / self.batch
+            # the target net is refreshed every 256 env steps whatever the replay ratio (RL Zoo's CartPole
+            # DQN refreshes it between training rounds of 256 env steps)
+            self.eps, lr, gamma, target = 1.0, training.learning_rate, 0.99, max(1, round(256 * self.ups))
+            rb = spec.config.replay_buffer
+            self.buffer = TieredVectorReplayBuffer(rb.capacity, self.num_envs, replay_config=rb, random_seed=spec.seed)
+        net = Net(state_shape=self.obs_dim, action_shape=self.n_actions, hidden_sizes=self.hidden)
+        self.policy = DiscreteQLearningPolicy(model=net, action_space=probe.action_space, eps_training=self.eps,
+                                              eps_inference=0.0)
+        n_step = 3 if spec.stock or spec.config.replay_buffer.n_step == "auto" else spec.config.replay_buffer.n_step
+        algorithm = DQN(policy=self.policy, optim=AdamOptimizerFactory(lr=lr), gamma=gamma,
+                        n_step_return_horizon=n_step, target_update_freq=target)
+        self.algorithm = algorithm if spec.stock else SparseDenseWrapper(algorithm, config=spec.config)
+
+    def learn(self, progress, clock: EvalClock) -> Learned:
+        spec, algorithm, policy, buffer = self.spec, self.algorithm, self.policy, self.buffer
+        batch, ups, num_envs = self.batch, self.ups, self.num_envs
+        checkpoints = Checkpoints(spec, algorithm, clock)
+        offset = 0
+        if spec.resume:
+            buffer, saved = checkpoints.resume()
+            self.buffer = buffer
+            offset = saved["env_steps"]
+            policy.set_eps_training(saved.get("eps_training", self.eps))
+        training_collector = Collector(algorithm, make_envs(spec.env_id, num_envs, spec.seed + offset, not spec.stock),
+                                       buffer, exploration_noise=True)
+        eval_collector = Collector(algorithm, make_envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
+        training_collector.reset(reset_buffer=not spec.resume)
+        if not spec.resume:
+            training_collector.collect(n_step=batch * num_envs, random=True)
+        counter = _count_updates(algorithm)
+        monitor = _Monitor(spec, progress, algorithm, buffer)
+        checkpoints.start(buffer, offset)
+        run = _Run(spec, monitor, checkpoints, policy, clock, offset)
+        ray_metrics = {}
+        try:
+            if spec.ray is not None:
+                env_steps, ray_metrics = _train_ray(run, buffer, batch, ups, eval_collector)
+            elif spec.async_mode:
+                env_steps = _train_async(run, buffer, batch, ups, eval_collector)
+            else:
+                env_steps = _train_sync(run, algorithm, training_collector, eval_collector, batch, ups)
+        except StoppedBySignal:
+            env_steps = checkpoints.last.step
+        finally:
+            monitor.close()
+        updater, guard = getattr(algorithm, "updater", None), getattr(algorithm, "guard", None)
+        return Learned(env_steps=env_steps, gradient_steps=counter["updates"],
+                       stats={**(updater.stats if updater is not None else {}),
+                              **(guard.stats if guard is not None else {}), **ray_metrics},
+                       replay_bytes_per_transition=bytes_per_transition(_arrays(buffer._meta), buffer.maxsize),
+                       checkpoint=str(checkpoints.last.path) if checkpoints.last is not None else None)
+
+    def save(self, out: Path) -> Path:
+        torch.save(self.algorithm.state_dict(), out / "algorithm.pt")
         (out / "model.json").write_text(json.dumps({  # what `rlaccel export` needs to rebuild the network
-            "algo": spec.algo, "env_id": spec.env_id, "obs_dim": obs_dim, "n_actions": n_actions,
-            "hidden_sizes": hidden}))
-        (out / "rlaccel.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
-        result.model_path = str(out / "algorithm.pt")
-    return result
+            "algo": self.spec.algo, "env_id": self.spec.env_id, "obs_dim": self.obs_dim,
+            "n_actions": self.n_actions, "hidden_sizes": self.hidden}))
+        return out / "algorithm.pt"
 
 
 def _count_updates(algorithm) -> dict[str, int]:
@@ -269,14 +268,14 @@ class _ChunkEvaluation:
 
     def __init__(self, run: _Run, eval_collector) -> None:
         self.run, self.evaluate = run, _evaluate_fn(run.spec, eval_collector)
-        self.next_eval = (run.offset // run.spec.eval_freq + 1) * run.spec.eval_freq
+        self.cadence = EnvStepCadence(run.spec.eval_freq)
+        self.cadence.start(run.offset)
         self.stop = False
 
     def __call__(self, env_steps: int, _collected=None) -> None:
         run = self.run
         run.collected(env_steps)
-        if run.env_step >= self.next_eval:
-            self.next_eval += run.spec.eval_freq
+        if self.cadence.due(run.env_step):
             self.stop = run.evaluated(run.clock.evaluate(run.env_step, self.evaluate))
 
 
