@@ -14,8 +14,8 @@ import warnings
 
 import numpy as np
 
-from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.errors import RlaccelWarning
+from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.training import TrainSpec, run_training
 
 

@@ -22,10 +22,9 @@ from pathlib import Path
 
 
 def _model(n_envs: int):
-    from stable_baselines3 import DQN
-
     from rlaccel_sb3 import TieredReplayBuffer
     from rlaccel_sb3.envs import make_env
+    from stable_baselines3 import DQN
 
     # learning_starts=0: the policy acts (batched inference) from the first step; gradient_steps=0: no updates
     model = DQN("MlpPolicy", make_env("CartPole-v1", n_envs, 0, accelerated=True), learning_starts=0,
@@ -105,9 +104,10 @@ def main() -> None:
     base = rows[0]["env_steps_per_s"]
     overhead_us = 1e6 * (1 / rows[1]["env_steps_per_s"] - 1 / base) if len(rows) > 1 else None
     machine = f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.system()}"
-    lines = [f"Ray scaling, CartPole-v1 collection into the tiered buffer, {args.steps:,} env steps per variant "
-             f"({machine}):", "", "| variant | env steps/s (steady) | vs single process | actor start-up s | "
-             "chunk latency ms |", "|---|---:|---:|---:|---:|"]
+    lines = [(f"Ray scaling, CartPole-v1 collection into the tiered buffer, {args.steps:,} env steps per variant "
+              f"({machine}):"), "",
+             "| variant | env steps/s (steady) | vs single process | actor start-up s | chunk latency ms |",
+             "|---|---:|---:|---:|---:|"]
     for row in rows:
         lines.append(f"| {row['variant']} | {row['env_steps_per_s']:,.0f} | {row['env_steps_per_s'] / base:.2f}x | "
                      f"{row['startup_s']:.1f} | {row.get('chunk_latency_ms', 0):.1f} |")
@@ -117,8 +117,8 @@ def main() -> None:
     if learn:
         import statistics
 
-        lines += ["", "SB3 DQN rlaccel[classic_control] to a 475 evaluation (training time includes the actors' "
-                  "start-up):", "", "| variant | reached | median time | median env steps |", "|---|---:|---:|---:|"]
+        lines += ["", ("SB3 DQN rlaccel[classic_control] to a 475 evaluation (training time includes the actors' "
+                       "start-up):"), "", "| variant | reached | median time | median env steps |", "|---|---:|---:|---:|"]
         for name in dict.fromkeys(r["variant"] for r in learn):
             runs = [r for r in learn if r["variant"] == name and r["seconds"] is not None]
             n = sum(r["variant"] == name for r in learn)

@@ -19,10 +19,9 @@ import timeit
 
 import numpy as np
 import torch
-from stable_baselines3 import DQN
-
 from rlaccel_sb3 import TieredReplayBuffer
 from rlaccel_sb3.train import zoo_settings
+from stable_baselines3 import DQN
 
 
 def make(tiered: bool, **kw) -> DQN:

@@ -26,6 +26,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+from rlaccel_tianshou import TieredVectorReplayBuffer
 from tianshou.algorithm import DQN
 from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
 from tianshou.algorithm.optim import AdamOptimizerFactory
@@ -33,8 +34,6 @@ from tianshou.data import Batch, Collector, ReplayBufferManager, VectorReplayBuf
 from tianshou.env import DummyVectorEnv
 from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
-
-from rlaccel_tianshou import TieredVectorReplayBuffer
 
 TIERS = dict(level_capacity=[2000, 18000], sampling_ratio=[0.3, 0.7])
 

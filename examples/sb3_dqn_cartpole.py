@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 
+from rlaccel_sb3 import SparseDenseCallback, TieredReplayBuffer
 from stable_baselines3 import DQN
 from stable_baselines3.common.evaluation import evaluate_policy
-
-from rlaccel_sb3 import SparseDenseCallback, TieredReplayBuffer
 
 
 def main() -> None:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 
+from rlaccel_sb3 import EnvPoolVecEnv, SparseDenseCallback, TieredReplayBuffer
 from stable_baselines3 import DQN
 from stable_baselines3.common.vec_env import VecMonitor
-
-from rlaccel_sb3 import EnvPoolVecEnv, SparseDenseCallback, TieredReplayBuffer
 
 
 def main() -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 
+from rlaccel_sb3 import SparseDenseCallback
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
-
-from rlaccel_sb3 import SparseDenseCallback
 
 
 def linear(start: float):

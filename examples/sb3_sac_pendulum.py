@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import argparse
 
+from rlaccel_sb3 import SparseDenseCallback, TieredReplayBuffer
 from stable_baselines3 import SAC
 from stable_baselines3.common.evaluation import evaluate_policy
-
-from rlaccel_sb3 import SparseDenseCallback, TieredReplayBuffer
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+from rlaccel_tianshou import TieredVectorReplayBuffer
 from tianshou.algorithm import DQN
 from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
 from tianshou.algorithm.optim import AdamOptimizerFactory
@@ -20,8 +21,6 @@ from tianshou.data import Collector
 from tianshou.env import DummyVectorEnv
 from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
-
-from rlaccel_tianshou import TieredVectorReplayBuffer
 
 NUM_ENVS, EPOCH_STEPS = 10, 10_000
 

@@ -13,14 +13,13 @@ import argparse
 import envpool
 import numpy as np
 import torch
+from rlaccel_tianshou import SparseDenseWrapper, TieredVectorReplayBuffer
 from tianshou.algorithm import DQN
 from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
 from tianshou.algorithm.optim import AdamOptimizerFactory
 from tianshou.data import Collector
 from tianshou.env.atari.atari_network import DQNet
 from tianshou.trainer import OffPolicyTrainerParams
-
-from rlaccel_tianshou import SparseDenseWrapper, TieredVectorReplayBuffer
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 import gymnasium as gym
+import rlaccel_tianshou
 import torch
 from tianshou.algorithm import PPO
 from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy
@@ -17,8 +18,6 @@ from tianshou.env import DummyVectorEnv
 from tianshou.trainer import OnPolicyTrainerParams
 from tianshou.utils.net.common import Net
 from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
-
-import rlaccel_tianshou
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ _LAZY = {
     "SparseDenseUpdater": "rlaccel_plugins.updates",
 }
 
-__all__ = ["hookimpl", *_LAZY]
+__all__ = ["hookimpl", *_LAZY]  # noqa: PLE0604 - the lazy table is the one list of public names
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -14,8 +14,8 @@ REPORTED_PACKAGES = ("rlaccel-plugins", "torch", "numpy", "stable-baselines3", "
 
 @hookimpl
 def rlaccel_env_report() -> dict[str, str]:
-    from rlaccel_plugins.loader import load_config
     from rlaccel_plugins.hardware import cpu_count, gpu_info, resolve_auto
+    from rlaccel_plugins.loader import load_config
 
     lines = {"python": platform.python_version(), "platform": platform.platform()}
     for package in REPORTED_PACKAGES:
@@ -23,7 +23,7 @@ def rlaccel_env_report() -> dict[str, str]:
             lines[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             lines[package] = "not installed"
-    device, gpu_name = gpu_info()
+    _device, gpu_name = gpu_info()
     lines["cpu cores (usable)"] = str(cpu_count())
     lines["gpu"] = gpu_name or "none"
     auto = resolve_auto(load_config(preset="default", parallel_envs="auto", device="auto",

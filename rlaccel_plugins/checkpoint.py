@@ -227,7 +227,7 @@ class StopSignal:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> StopSignal:
+    def __enter__(self) -> StopSignal:  # noqa: PYI034 - typing.Self needs Python 3.11
         for sig in self.SIGNALS if self.enabled else ():
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)

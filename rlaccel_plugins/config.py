@@ -365,7 +365,7 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
             raise invalid("config file", "end in .yaml, .yml or .toml", str(path))
     except ConfigError:
         raise
-    except Exception as exc:  # parser errors of either format
+    except Exception as exc:  # noqa: BLE001 - parser errors of either format, each its own class
         raise ConfigError(f"config file {str(path)!r} could not be parsed: {exc}. Fix the syntax.") from None
     if not isinstance(data, Mapping):
         raise invalid("config file", "hold a mapping at the top level", type(data).__name__, str(path))

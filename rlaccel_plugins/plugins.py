@@ -7,8 +7,9 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pluggy
 
@@ -116,7 +117,7 @@ class RlaccelPluginManager(pluggy.PluginManager):
                 continue
             try:
                 plugin = ep.load()
-            except Exception as exc:  # a broken third-party plugin must not break rlaccel
+            except Exception as exc:  # noqa: BLE001 - a broken third-party plugin must not break rlaccel
                 self.failures.append(PluginFailure(ep.name, f"{type(exc).__name__}: {exc}"))
                 logger.warning("rlaccel: skipping plugin %r: %s", ep.name, exc)
                 continue

@@ -49,8 +49,8 @@ BUILTIN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     # and 3-step returns cut the env steps needed (median 14k-37k -> 17k-23k over 5 seeds).
     # Sparse/dense is off (every update full): the last three layers of these MLPs are the whole
     # network, and the ablation (README "Which technique helps") measured no gain from it here.
-    "classic_control": ("CartPole-size tasks: small tiers, 3-step returns, batch 256, 16 samples per env step; "
-                        "sparse/dense off (nothing to save on small MLPs)", {
+    "classic_control": (("CartPole-size tasks: small tiers, 3-step returns, batch 256, 16 samples per env step; "
+                         "sparse/dense off (nothing to save on small MLPs)"), {
         "replay_buffer": {"levels": 2, "level_capacity": [5000, 45000], "sampling_ratio": [0.3, 0.7], "n_step": 3},
         "training": {"batch_size": 256, "replay_ratio": 16, "sparse_update_interval": 1,
                      "learning_rate": 0.0023, "parallel_envs": "auto", "sync_interval": 10},

@@ -30,7 +30,7 @@ class TrainingProgress:
         self._rich = None
         self._task = None
 
-    def __enter__(self) -> TrainingProgress:
+    def __enter__(self) -> TrainingProgress:  # noqa: PYI034 - typing.Self needs Python 3.11
         if self.enabled:
             try:
                 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -40,7 +40,7 @@ class TrainingProgress:
                                       TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=False)
                 self._rich.start()
                 self._task = self._rich.add_task(self.label, total=self.total, info="")
-            except Exception:  # rich missing or no usable terminal: plain lines
+            except Exception:  # noqa: BLE001 - rich missing or no usable terminal: plain lines
                 self._rich = None
         return self
 
@@ -54,7 +54,7 @@ class TrainingProgress:
         self._last_draw = now
         try:
             self._draw(now)
-        except Exception:  # a closed terminal or killed display must never break training
+        except Exception:  # noqa: BLE001 - a closed terminal or killed display must never break training
             self.enabled = False
 
     def _info(self, now: float) -> str:
@@ -77,10 +77,10 @@ class TrainingProgress:
         else:
             print(f"{self.label}: {self.steps:,}/{self.total:,} steps | {self._info(now)}", file=sys.stderr, flush=True)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._rich is not None:
             try:
                 self._draw(time.perf_counter())
                 self._rich.stop()
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - the run is over; a broken display must not fail it
                 pass

@@ -56,8 +56,8 @@ class TrainSpec:
 
     @classmethod
     def load(cls, path: str | Path, **changes: Any) -> TrainSpec:
-        from rlaccel_plugins.loader import load_config
         from rlaccel_plugins.errors import ConfigError
+        from rlaccel_plugins.loader import load_config
 
         try:
             data = json.loads(Path(path).read_text())
@@ -225,10 +225,9 @@ def check_env_id(env_id: str) -> None:
 
 def run_training(spec: TrainSpec) -> TrainResult:
     """Run ``spec`` with the adapter of ``spec.framework`` (see ``AdapterSpec.train``)."""
+    from rlaccel_plugins.checkpoint import StopSignal
     from rlaccel_plugins.plugins import get_plugin_manager
     from rlaccel_plugins.progress import TrainingProgress
-
-    from rlaccel_plugins.checkpoint import StopSignal
 
     check_env_id(spec.env_id)
     if spec.ray is not None:

@@ -16,11 +16,11 @@ NUMBER = r"-?\d+(\.\d+)?"
 # each example's summary line, with what its budget must have done
 @pytest.mark.parametrize("script, args, summary", [
     ("sb3_dqn_cartpole.py", ["--steps", "1500"],
-     rf"CartPole-v1 DQN \+ rlaccel: 1500 steps, evaluation {NUMBER} ± {NUMBER}; levels \[15\d\d, 0\]; "
-     r"updates \{'full_updates': [1-9]\d*, 'dense_updates': 0"),  # SB3 rounds up to whole rollouts
+     (rf"CartPole-v1 DQN \+ rlaccel: 1500 steps, evaluation {NUMBER} ± {NUMBER}; levels \[15\d\d, 0\]; "
+      r"updates \{'full_updates': [1-9]\d*, 'dense_updates': 0")),  # SB3 rounds up to whole rollouts
     ("sb3_sac_pendulum.py", ["--steps", "300"], rf"Pendulum-v1 SAC \+ tiered replay: 300 steps, evaluation {NUMBER}"),
-    ("sb3_ppo_cartpole.py", ["--steps", "600"], r"CartPole-v1 PPO \+ sparse/dense: 600 steps, .*updates [1-9]\d* full / "
-                                               r"[1-9]\d* dense"),
+    ("sb3_ppo_cartpole.py", ["--steps", "600"],
+     r"CartPole-v1 PPO \+ sparse/dense: 600 steps, .*updates [1-9]\d* full / [1-9]\d* dense"),
     ("sb3_dqn_pong_envpool.py", ["--steps", "400", "--envs", "2", "--learning-starts", "200"],
      r"Pong: 400 steps; [\d,]+ bytes per stored transition; updates \{.*'full_updates': [1-9]"),
     ("tianshou_dqn_cartpole.py", ["--steps", "1500"],
@@ -32,6 +32,6 @@ NUMBER = r"-?\d+(\.\d+)?"
 ])
 def test_example_runs(script, args, summary, tmp_path):
     run = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path)
+                         timeout=600, cwd=tmp_path, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     assert re.search(summary, run.stdout), run.stdout[-2000:]

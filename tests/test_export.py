@@ -94,9 +94,8 @@ def _tianshou_policies():
 def test_tianshou_actor_policies_export_like_their_own_deterministic_action(tmp_path):
     import onnxruntime
     import torch
-    from tianshou.data import Batch
-
     from rlaccel_tianshou.export import export_policy
+    from tianshou.data import Batch
 
     for name, policy, env in _tianshou_policies():
         path = tmp_path / f"{name.replace(' ', '_')}.onnx"

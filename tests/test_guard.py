@@ -52,10 +52,9 @@ def test_guard_from_config():
 
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 def test_sb3_training_survives_injected_nans_and_logs_the_skips(caplog):
+    from rlaccel_sb3 import SparseDenseCallback, TieredReplayBuffer
     from stable_baselines3 import DQN
     from stable_baselines3.common.logger import configure
-
-    from rlaccel_sb3 import SparseDenseCallback, TieredReplayBuffer
 
     model = DQN("MlpPolicy", "CartPole-v1", learning_starts=200, train_freq=4, batch_size=32, seed=0,
                 replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset="classic_control"),
@@ -79,6 +78,7 @@ def test_sb3_training_survives_injected_nans_and_logs_the_skips(caplog):
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 def test_tianshou_training_survives_injected_nans():
     import gymnasium as gym
+    from rlaccel_tianshou import SparseDenseWrapper, TieredVectorReplayBuffer
     from tianshou.algorithm import DQN
     from tianshou.algorithm.algorithm_base import policy_within_training_step
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
@@ -86,8 +86,6 @@ def test_tianshou_training_survives_injected_nans():
     from tianshou.data import Collector
     from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import Net
-
-    from rlaccel_tianshou import SparseDenseWrapper, TieredVectorReplayBuffer
 
     env = gym.make("CartPole-v1")
     net = Net(state_shape=4, action_shape=2, hidden_sizes=[32, 32])

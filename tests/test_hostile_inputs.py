@@ -36,7 +36,6 @@ def test_nan_observations_and_rewards_are_refused_naming_field_and_env():
 
 def test_sb3_buffer_refuses_a_nan_observation_with_a_clear_error():
     import gymnasium as gym
-
     from rlaccel_sb3 import TieredReplayBuffer
 
     space = gym.spaces.Box(-1, 1, (3,), np.float32)

@@ -28,7 +28,7 @@ def test_cartpole_episode_ends_are_reported_on_both_backends(backend):
     env.reset(seed=0)
     ends = 0
     for _ in range(300):
-        obs, reward, terminated, truncated, info = env.step(np.zeros(2, dtype=np.int64))  # always left: falls fast
+        obs, _reward, terminated, truncated, _info = env.step(np.zeros(2, dtype=np.int64))  # always left: falls fast
         ends += int((terminated | truncated).sum())
         assert obs.shape == (2, 4)
     assert ends >= 10

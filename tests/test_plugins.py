@@ -160,7 +160,8 @@ def test_every_hookspec_is_documented_annotated_and_tested(tmp_path):
         called = []
         with installed_fake_plugin(tmp_path):
             manager = get_plugin_manager()
-            undo = manager.add_hookcall_monitoring(lambda hook, impls, kw: called.append(hook), lambda *a: None)
+            undo = manager.add_hookcall_monitoring(lambda hook, impls, kw, called=called: called.append(hook),
+                                                   lambda *a: None)
             test(None)
             undo()
         assert name in called, f"{test.__name__} does not call {name}"

@@ -99,9 +99,8 @@ def test_fp16_without_a_loss_scaler_or_without_skipping_is_refused_with_the_fix(
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 @pytest.mark.parametrize("dtype,half", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
 def test_sb3_runs_the_update_path_only_in_half_precision_and_keeps_fp32_weights(dtype, half):
-    from stable_baselines3 import DQN
-
     from rlaccel_sb3 import SparseDenseCallback
+    from stable_baselines3 import DQN
 
     model = DQN("MlpPolicy", "CartPole-v1", learning_starts=100, train_freq=4, batch_size=32, seed=0,
                 policy_kwargs=dict(net_arch=[32, 32]))
@@ -122,9 +121,8 @@ def test_sb3_runs_the_update_path_only_in_half_precision_and_keeps_fp32_weights(
 def test_fp16_sac_unscales_every_gradient_including_the_entropy_coefficients_own_optimizer():
     """SAC's entropy-coefficient optimizer is not one rlaccel schedules; its gradient is unscaled too
     (Adam would hide a 65536x gradient, so the gradient itself is compared, not the result)."""
-    from stable_baselines3 import SAC
-
     from rlaccel_sb3 import SparseDenseCallback
+    from stable_baselines3 import SAC
 
     def last_entropy_gradient(dtype):
         model = SAC("MlpPolicy", "Pendulum-v1", learning_starts=64, batch_size=32, seed=0,
@@ -152,13 +150,12 @@ def test_tianshou_q_values_reach_the_loss_in_fp32_while_the_network_runs_in_bf16
     the targets to 3 significant digits (measured: bf16 DQN needed 26k env steps for 475 instead of 6k)."""
     import gymnasium as gym
     import numpy as np
+    from rlaccel_tianshou import SparseDenseWrapper
     from tianshou.algorithm import DQN
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.data import Batch
     from tianshou.utils.net.common import Net
-
-    from rlaccel_tianshou import SparseDenseWrapper
 
     net = Net(state_shape=4, action_shape=2, hidden_sizes=[32, 32])
     policy = DiscreteQLearningPolicy(model=net, action_space=gym.make("CartPole-v1").action_space)

@@ -84,11 +84,10 @@ def test_the_pool_counts_every_chunk_and_restarts_a_killed_actor_with_the_newest
 
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 def test_sb3_dqn_keeps_training_when_an_actor_is_killed_and_loses_no_acknowledged_transition(cluster):
-    from stable_baselines3 import DQN
-
     from rlaccel_sb3 import TieredReplayBuffer
-    from rlaccel_sb3.ray_learn import learn_ray
     from rlaccel_sb3.envs import make_env
+    from rlaccel_sb3.ray_learn import learn_ray
+    from stable_baselines3 import DQN
 
     model = DQN("MlpPolicy", make_env("CartPole-v1", 2, 0, accelerated=True), learning_starts=200, train_freq=4,
                 gradient_steps=2, batch_size=32, seed=0, policy_kwargs=dict(net_arch=[32, 32]),
@@ -189,7 +188,8 @@ def test_a_stopped_learner_resumes_from_its_checkpoint_with_new_actors_on_the_cl
     assert learner.returncode == 128 + signal.SIGTERM, out[-2000:]
     stopped_at = store.latest().step
     assert 0 < stopped_at < 4000
-    resumed = subprocess.run(cmd + ["--resume", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(cmd + ["--resume", str(tmp_path)], capture_output=True, text=True, timeout=300,
+                             check=False)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     assert json.loads((tmp_path / "resumed.json").read_text())["env_steps"] == stopped_at
     result = json.loads((tmp_path / "result.json").read_text())

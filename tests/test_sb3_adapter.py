@@ -4,8 +4,11 @@ import copy
 
 import numpy as np
 import pytest
+import rlaccel_sb3
 import torch
 from gymnasium import spaces
+from rlaccel_sb3 import SparseDenseCallback, TieredDictReplayBuffer, TieredReplayBuffer
+from rlaccel_sb3.weights import ImportanceWeightHook
 from sb3_contrib import QRDQN
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
@@ -15,9 +18,6 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 import rlaccel_plugins as rla
 from rlaccel_plugins.errors import RlaccelWarning
-import rlaccel_sb3
-from rlaccel_sb3 import SparseDenseCallback, TieredDictReplayBuffer, TieredReplayBuffer
-from rlaccel_sb3.weights import ImportanceWeightHook
 
 OFF_POLICY = {"dqn": (DQN, "CartPole-v1"), "qrdqn": (QRDQN, "CartPole-v1"), "sac": (SAC, "Pendulum-v1"),
               "td3": (TD3, "Pendulum-v1"), "ddpg": (DDPG, "Pendulum-v1")}
@@ -61,8 +61,8 @@ def test_tiers_come_from_level_capacity_then_preset_then_buffer_size(monkeypatch
     assert small.engine.config.level_capacity == (1000, 5000, 4000)
     assert small.engine.config.sampling_ratio == pytest.approx((0.7, 0.2, 0.1))
     assert [r.getMessage() for r in caplog.records if "cannot hold the recent levels" in r.getMessage()] == [
-        "rlaccel: a buffer of 10000 transitions cannot hold the recent levels [1000, 5000, 20000]: kept levels "
-        "[1000, 5000, 4000], ratios [0.7, 0.2, 0.1] (pass level_capacity to choose the tiers yourself)"]
+        ("rlaccel: a buffer of 10000 transitions cannot hold the recent levels [1000, 5000, 20000]: kept levels "
+         "[1000, 5000, 4000], ratios [0.7, 0.2, 0.1] (pass level_capacity to choose the tiers yourself)")]
     scaled = TieredReplayBuffer(252_000, box, box, n_envs=4)
     assert scaled.engine.config.level_capacity == (2000, 10000, 40000, 200000)
     assert scaled.buffer_size == 252_000 // 4

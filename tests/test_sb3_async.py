@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
+from rlaccel_sb3 import TieredReplayBuffer
+from rlaccel_sb3.async_learn import learn_async, replay_ratio
 from stable_baselines3 import DQN, SAC
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from rlaccel_plugins.parallel.async_collect import AsyncCollector
-from rlaccel_sb3 import TieredReplayBuffer
-from rlaccel_sb3.async_learn import learn_async, replay_ratio
 
 
 def test_collector_hands_over_every_chunk_in_order():

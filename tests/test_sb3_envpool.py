@@ -2,10 +2,9 @@
 
 import numpy as np
 import pytest
+from rlaccel_sb3 import EnvPoolVecEnv, TieredReplayBuffer
 from stable_baselines3 import DQN
 from stable_baselines3.common.env_util import make_vec_env
-
-from rlaccel_sb3 import EnvPoolVecEnv, TieredReplayBuffer
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered.*:UserWarning")
 
@@ -75,7 +74,7 @@ def test_atari_options_match_sb3_atari_wrapper_layout():
     obs = venv.reset()
     assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
     assert venv.pool.spec.config.episodic_life and venv.pool.spec.config.reward_clip
-    obs, rewards, dones, infos = venv.step(np.zeros(2, dtype=np.int64))
+    obs, rewards, _dones, _infos = venv.step(np.zeros(2, dtype=np.int64))
     assert obs.shape == (2, 4, 84, 84) and set(np.unique(rewards)) <= {-1.0, 0.0, 1.0}
     assert venv.get_attr("render_mode") == [None, None] and venv.env_is_wrapped(object) == [False, False]
     venv.close()

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from rlaccel_sb3 import TieredDictReplayBuffer, TieredReplayBuffer
 from stable_baselines3 import DDPG, DQN, SAC, TD3
 from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from rlaccel_plugins.errors import ConfigError
-from rlaccel_sb3 import TieredDictReplayBuffer, TieredReplayBuffer
 
 BOX_OBS = spaces.Box(-2.0, 2.0, (3,), np.float32)
 BOX_ACT = spaces.Box(-1.0, 1.0, (1,), np.float32)

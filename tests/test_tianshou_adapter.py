@@ -6,7 +6,17 @@ import pickle
 import gymnasium as gym
 import numpy as np
 import pytest
+import rlaccel_tianshou
 import torch
+from rlaccel_tianshou import (
+    SparseDenseOnPolicyWrapper,
+    SparseDenseWrapper,
+    SparseDenseWrapperFactory,
+    TieredCollectorFactory,
+    TieredReplayBuffer,
+    TieredVectorReplayBuffer,
+    unwrap_state_dict,
+)
 from tianshou.algorithm import DQN, PPO, SAC
 from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
 from tianshou.algorithm.modelfree.reinforce import ProbabilisticActorPolicy
@@ -21,16 +31,6 @@ from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
 from tianshou.utils.torch_utils import policy_within_training_step
 
 import rlaccel_plugins as rla
-import rlaccel_tianshou
-from rlaccel_tianshou import (
-    SparseDenseOnPolicyWrapper,
-    SparseDenseWrapper,
-    SparseDenseWrapperFactory,
-    TieredCollectorFactory,
-    TieredReplayBuffer,
-    TieredVectorReplayBuffer,
-    unwrap_state_dict,
-)
 
 
 def envs(env_id, n, seed=0):
@@ -62,7 +62,7 @@ def test_single_buffer_samples_levels_by_age_and_keeps_tianshou_semantics():
     buf = TieredReplayBuffer(100, level_capacity=[10, 90], sampling_ratio=[0.5, 0.5], random_seed=1)
     for i in range(130):  # wraps
         buf.add(transition(i), buffer_ids=[0])
-    batch, idx = buf.sample(400)
+    batch, _ = buf.sample(400)
     ages = 129 - batch.rew.astype(int)
     assert ((ages < 10) == (np.arange(400) < 0) | (ages < 10)).all()
     assert np.mean(ages < 10) == pytest.approx(0.5)
@@ -159,7 +159,7 @@ def test_dqn_trains_with_buffer_and_wrapper_and_frozen_layers_stay_bit_identical
         for _ in range(30):
             stats = algo.update(buffer=buf, sample_size=32)
     after = algo.policy.model.state_dict()
-    last = sorted(before)[-1].rsplit(".", 1)[0]            # the output layer's parameters move
+    last = max(before).rsplit(".", 1)[0]            # the output layer's parameters move
     for name in before:
         assert torch.equal(before[name], after[name]) == (not name.startswith(last)), name
     assert algo.updater.stats["dense_updates"] == 30
@@ -268,12 +268,11 @@ def test_envpool_envs_from_make_vec_env_feed_tianshou_collectors():
 
 
 def test_high_level_experiment_switches_on_with_one_call(tmp_path):
+    from rlaccel_tianshou import with_rlaccel
     from tianshou.highlevel.config import OffPolicyTrainingConfig
     from tianshou.highlevel.env import EnvFactoryRegistered, VectorEnvType
     from tianshou.highlevel.experiment import DQNExperimentBuilder, ExperimentConfig
     from tianshou.highlevel.params.algorithm_params import DQNParams
-
-    from rlaccel_tianshou import with_rlaccel
 
     builder = DQNExperimentBuilder(
         EnvFactoryRegistered(task="CartPole-v1", venv_type=VectorEnvType.DUMMY),

@@ -124,10 +124,11 @@ def test_train_async_counts_every_step(framework, tmp_path):
 def test_the_callers_replay_config_reaches_the_buffers_rlaccel_builds(monkeypatch):
     # rlaccel's own buffers take the run's config; the ambient one (here RLACCEL_PRESET) is for
     # buffers SB3 or Tianshou build from a class name
-    from rlaccel_plugins.loader import load_config
-    from rlaccel_plugins.training import TrainSpec
     from rlaccel_sb3.train import build
     from rlaccel_tianshou import TieredVectorReplayBuffer
+
+    from rlaccel_plugins.loader import load_config
+    from rlaccel_plugins.training import TrainSpec
 
     config = load_config(preset="classic_control", ratio_schedule="anneal", anneal_steps=777, dedup_frames=False)
     monkeypatch.setenv("RLACCEL_PRESET", "atari")

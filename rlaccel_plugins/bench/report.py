@@ -65,15 +65,15 @@ def _fmt(value: float | None, spec: str = ",.1f") -> str:
 
 def markdown(results: dict[str, Any]) -> str:
     """The results table (one per task) with the machine stated."""
-    lines = [f"Machine: {results['machine']}. Suite `{results['suite']}`, {results['seeds']} seed(s), "
-             "variants interleaved per seed; medians over seeds; time = training wall time to a 10-episode "
-             "deterministic evaluation mean >= threshold, evaluation excluded.", ""]
+    lines = [(f"Machine: {results['machine']}. Suite `{results['suite']}`, {results['seeds']} seed(s), "
+              "variants interleaved per seed; medians over seeds; time = training wall time to a 10-episode "
+              "deterministic evaluation mean >= threshold, evaluation excluded."), ""]
     for task in dict.fromkeys(r["task"] for r in results["summary"]):
         raw = results["raw_env_steps_per_s"].get(task, {})
-        lines += [f"**{task}** (threshold {results['thresholds'].get(task)}; raw env limit here: "
-                  f"{_fmt(raw.get('env_steps_per_s'), ',.0f')} env steps/s with {raw.get('backend')})", "",
-                  "| variant | reached | time to threshold (s) | env steps to threshold | final eval | env steps/s "
-                  "| gradient steps/s | peak RSS (MB) | replay B/transition | speed-up vs yardstick |",
+        lines += [(f"**{task}** (threshold {results['thresholds'].get(task)}; raw env limit here: "
+                   f"{_fmt(raw.get('env_steps_per_s'), ',.0f')} env steps/s with {raw.get('backend')})"), "",
+                  ("| variant | reached | time to threshold (s) | env steps to threshold | final eval | env steps/s "
+                   "| gradient steps/s | peak RSS (MB) | replay B/transition | speed-up vs yardstick |"),
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for row in (r for r in results["summary"] if r["task"] == task):
             ttt = row["median_seconds_to_threshold"]

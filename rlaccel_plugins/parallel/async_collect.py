@@ -56,7 +56,7 @@ class AsyncCollector:
                 else:  # stopped while the queue was full: keep the chunk for the final drain
                     self._leftover = item
                     self.produced += 1
-        except BaseException as exc:  # surfaced in the learner thread by drain()
+        except BaseException as exc:  # noqa: BLE001 - anything, surfaced in the learner thread by drain()
             self.error = exc
 
     def drain(self, wait_for: int = 1, timeout: float = 30.0) -> list[Any]:

@@ -80,8 +80,8 @@ def make_vec_env(env_id: str, num_envs: int | str = "auto", backend: str = "auto
         4
         >>> env.close()
     """
-    from rlaccel_plugins.loader import load_config
     from rlaccel_plugins.hardware import resolve_auto
+    from rlaccel_plugins.loader import load_config
     from rlaccel_plugins.plugins import get_plugin_manager
 
     config = load_config(config) if config is not None else load_config(preset="default")

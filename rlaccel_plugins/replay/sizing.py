@@ -8,8 +8,8 @@ import os
 from typing import Any
 
 from rlaccel_plugins.config import ReplayBufferConfig
-from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.errors import invalid
+from rlaccel_plugins.loader import load_config
 
 logger = logging.getLogger("rlaccel")
 

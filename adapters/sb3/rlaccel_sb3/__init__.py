@@ -23,7 +23,7 @@ _LAZY = {
     "restore": "rlaccel_sb3.acceleration",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = sorted(_LAZY)  # noqa: PLE0605 - the lazy table is the one list of public names
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

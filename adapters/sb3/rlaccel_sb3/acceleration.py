@@ -13,9 +13,9 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.buffers import DictReplayBuffer, NStepReplayBuffer, ReplayBuffer
 
 from rlaccel_plugins.config import AccelConfig
+from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
-from rlaccel_plugins.errors import ConfigError
 from rlaccel_sb3.buffers import TieredBufferMixin, TieredDictReplayBuffer, TieredReplayBuffer
 from rlaccel_sb3.callback import SparseDenseCallback
 

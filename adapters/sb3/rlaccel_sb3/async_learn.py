@@ -25,6 +25,7 @@ from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
 from rlaccel_plugins.parallel.async_collect import AsyncCollector
 
+
 def replay_ratio(model: OffPolicyAlgorithm) -> float:
     """Gradient steps per collected transition in SB3's own loop."""
     per_rollout_transitions = model.train_freq.frequency * model.n_envs

@@ -17,9 +17,6 @@ from rlaccel_plugins.checkpoint import CheckpointSchedule, restore_rng, rng_stat
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
-
-
-
 class CheckpointCallback(BaseCallback):
     """Checkpoint every ``checkpoint.every_steps`` env steps, and on SIGTERM/SIGINT (then stop)."""
 

@@ -27,8 +27,14 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
 from rlaccel_plugins.errors import ConfigError
-from rlaccel_plugins.parallel.ray_actors import (RayActorPool, RayRun, connect, cpu_weights, feed_learner,
-                                                 weightless_copy)
+from rlaccel_plugins.parallel.ray_actors import (
+    RayActorPool,
+    RayRun,
+    connect,
+    cpu_weights,
+    feed_learner,
+    weightless_copy,
+)
 from rlaccel_sb3.async_learn import OffPolicyLearner, choose_actions, replay_ratio
 from rlaccel_sb3.envs import make_env
 

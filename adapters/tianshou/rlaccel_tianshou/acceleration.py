@@ -9,8 +9,8 @@ from tianshou.data import Collector, ReplayBuffer, ReplayBufferManager, VectorRe
 from tianshou.highlevel.params.algorithm_wrapper import AlgorithmWrapperFactory
 from tianshou.highlevel.params.collector import CollectorFactory
 
-from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.errors import ConfigError
+from rlaccel_plugins.loader import load_config
 from rlaccel_tianshou.buffers import TieredReplayBuffer, TieredVectorReplayBuffer
 from rlaccel_tianshou.wrapper import _SparseDenseMixin, wrap
 

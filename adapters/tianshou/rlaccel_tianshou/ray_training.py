@@ -21,8 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from rlaccel_plugins.parallel.ray_actors import (RayActorPool, RayRun, connect, cpu_weights, feed_learner,
-                                                 weightless_copy)
+from rlaccel_plugins.parallel.ray_actors import (
+    RayActorPool,
+    RayRun,
+    connect,
+    cpu_weights,
+    feed_learner,
+    weightless_copy,
+)
 from rlaccel_tianshou.async_training import ChunkCollector, OffPolicyLearner
 from rlaccel_tianshou.envs import make_envs
 

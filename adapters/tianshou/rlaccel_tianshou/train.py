@@ -24,9 +24,9 @@ from tianshou.data import Collector, VectorReplayBuffer
 from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
 
+from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
-from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.checkpointing import Checkpoints, StoppedBySignal
