@@ -197,8 +197,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.resume:  # the run's own settings, from its spec.json
         logdir = args.resume
-        spec = TrainSpec.load(Path(logdir) / "spec.json", logdir=logdir, resume=True, wandb=args.wandb,
-                              progress=not args.no_progress)
+        spec = TrainSpec.load(Path(logdir) / "spec.json", logdir=logdir, resume=True, wandb=args.wandb or None,
+                              progress=False if args.no_progress else None)
     else:
         overrides = _parse_overrides(args.overrides)
         ray = _ray_settings(args)
@@ -208,7 +208,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         logdir = args.logdir or f"runs/{args.framework}-{args.algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
         spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config,
                          steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, eval_freq=args.eval_freq,
-                         wandb=args.wandb, progress=not args.no_progress,
+                         wandb=args.wandb or config.monitoring.wandb,  # a flag overrides its config key
+                         progress=config.monitoring.progress_bar and not args.no_progress,
                          hyperparams=_parse_overrides(args.hyperparams, "--hp"), async_mode=args.async_mode,
                          ray=ray)
     result = run_training(spec)

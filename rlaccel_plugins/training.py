@@ -62,6 +62,8 @@ class TrainSpec:
         try:
             data = json.loads(Path(path).read_text())
             config = load_config(data.pop("config"))
+            defaults = {"wandb": config.monitoring.wandb, "progress": config.monitoring.progress_bar}
+            changes = {k: defaults[k] if v is None and k in defaults else v for k, v in changes.items()}
             return cls(config=config, **{k: v for k, v in data.items() if k in cls.SAVED}, **changes)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"--resume needs the spec.json an `rlaccel train` run writes in its --logdir, "
@@ -239,6 +241,7 @@ def run_training(spec: TrainSpec) -> TrainResult:
 
         CheckpointStore(Path(spec.logdir) / "checkpoints").require_latest()
     adapter = get_plugin_manager().adapters.get(spec.framework)
+    _set_threads(spec.config)
     if spec.logdir and not spec.resume:
         Path(spec.logdir).mkdir(parents=True, exist_ok=True)
         spec.save(Path(spec.logdir) / "spec.json")
@@ -259,6 +262,15 @@ def run_training(spec: TrainSpec) -> TrainResult:
         Path(spec.logdir).mkdir(parents=True, exist_ok=True)
         result.save(Path(spec.logdir) / "result.json")
     return result
+
+
+def _set_threads(config: AccelConfig) -> None:
+    """``training.num_threads`` ("auto": the usable cores) for torch's intra-op work in this run."""
+    import torch
+
+    from rlaccel_plugins.hardware import resolve_auto
+
+    torch.set_num_threads(resolve_auto(config).num_threads)
 
 
 def _result(spec: TrainSpec, training: TrainingRun, clock: EvalClock, learned: Learned) -> TrainResult:

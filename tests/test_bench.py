@@ -73,6 +73,7 @@ def test_equal_samples_per_env_step():
     assert config.training.replay_ratio == 8.0 and task.fixed_steps
 
 
+@pytest.mark.needs('tianshou')
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 def test_bench_command_writes_results_table_and_plots(tmp_path, capsys):
     args = ["bench", "--suite", "quick", "--seeds", "1", "--frameworks", "tianshou", "--steps", "1500",

@@ -68,6 +68,7 @@ def _digest(path):
         return hashlib.sha256(pickle.dumps(pickle.load(f), protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
 
 
+@pytest.mark.needs('stable_baselines3', 'tianshou')
 @pytest.mark.parametrize("framework", ["sb3", "tianshou"])
 def test_sigterm_writes_a_checkpoint_before_exit_and_resume_finishes(framework, tmp_path):
     process = _train(tmp_path, framework=framework, steps=100_000)
@@ -93,6 +94,7 @@ def test_sigterm_writes_a_checkpoint_before_exit_and_resume_finishes(framework, 
     assert json.loads((tmp_path / "result.json").read_text())["env_steps"] >= latest.step + 1_000
 
 
+@pytest.mark.needs('stable_baselines3')
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 def test_sigkill_at_random_moments_then_resume_finishes_with_bit_exact_buffers(tmp_path):

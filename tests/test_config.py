@@ -175,3 +175,20 @@ def test_levels_follow_level_capacity_when_omitted(tmp_path):
     path.write_text("replay_buffer:\n  level_capacity: [100, 900]\n  sampling_ratio: [0.5, 0.5]\n")
     assert rla.load_config(path).replay_buffer.levels == 2
     assert rla.load_config(level_capacity=[10, 20, 30], sampling_ratio=[0.2, 0.3, 0.5]).replay_buffer.levels == 3
+
+
+def test_every_config_field_is_read_outside_config_py():
+    # a key that is validated but never applied is a promise nothing keeps: wire it or remove it
+    import ast
+    import dataclasses
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    read = set()
+    for path in [*root.glob("rlaccel_plugins/**/*.py"), *root.glob("adapters/*/rlaccel_*/**/*.py")]:
+        if path.name == "config.py":
+            continue
+        read |= {node.attr for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)}
+    unread = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
+              if f.name not in read]
+    assert unread == []

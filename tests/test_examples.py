@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.needs("stable_baselines3", "tianshou", "envpool")
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 

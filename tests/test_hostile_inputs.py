@@ -15,6 +15,7 @@ from rlaccel_plugins.errors import ConfigError
 DOCUMENTED = (ConfigError, ValueError, TypeError)
 
 
+@pytest.mark.needs('gymnasium')
 def test_a_wrong_env_id_is_named_with_the_closest_ids(tmp_path, capsys):
     assert main(["train", "--env", "CartPol-v1", "--steps", "10", "--no-progress", "--logdir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -55,6 +56,7 @@ def test_corrupt_buffer_states_are_refused(state, fragment):
         buf.load_state_dict(state)
 
 
+@pytest.mark.needs('stable_baselines3')
 def test_a_corrupt_checkpoint_buffer_is_skipped_and_resume_explains(tmp_path, capsys):
     from rlaccel_plugins.checkpoint import CheckpointStore
 

@@ -9,6 +9,7 @@ from rlaccel_plugins.parallel.atari import AtariOptions, is_atari
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
+@pytest.mark.needs('envpool', 'gymnasium')
 def test_auto_picks_envpool_when_it_supports_the_task_and_gymnasium_otherwise():
     from rlaccel_plugins.parallel.factory import choose_backend
 
@@ -22,6 +23,7 @@ def test_auto_picks_envpool_when_it_supports_the_task_and_gymnasium_otherwise():
         choose_backend("Taxi-v4", "envpool")
 
 
+@pytest.mark.needs('envpool', 'gymnasium')
 @pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
 def test_cartpole_episode_ends_are_reported_on_both_backends(backend):
     env = rla.make_vec_env("CartPole-v1", num_envs=2, backend=backend, seed=0)
@@ -35,6 +37,7 @@ def test_cartpole_episode_ends_are_reported_on_both_backends(backend):
     env.close()
 
 
+@pytest.mark.needs('envpool', 'gymnasium', 'ale_py', 'cv2')
 def test_atari_preprocessing_is_the_same_on_both_backends():
     assert is_atari("Pong-v5") and not is_atari("CartPole-v1")
     options = AtariOptions(noop_max=0, episodic_life=True, reward_clip=True)
@@ -92,6 +95,7 @@ def _raw_and_processed(backend, seed):
     return raw_frame, processed
 
 
+@pytest.mark.needs('envpool', 'gymnasium', 'ale_py', 'cv2')
 @pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
 def test_atari_preprocessing_is_bit_exact_to_one_reference_on_each_backend(backend):
     """Frame skip 4, max-pool of the last two frames, area resize, stack: bit-exact on each backend.

@@ -10,6 +10,8 @@ from rlaccel_plugins.cli import main
 from rlaccel_plugins.progress import TrainingProgress
 from tests.log_helpers import tensorboard_tags
 
+pytestmark = pytest.mark.needs("stable_baselines3", "tianshou", "envpool")
+
 
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")  # MLP: dense set = whole net
 @pytest.mark.parametrize("framework", ["sb3", "tianshou"])

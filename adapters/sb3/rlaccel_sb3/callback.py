@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stable_baselines3.common.callbacks import BaseCallback
 
+from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.config import AccelConfig
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
@@ -20,7 +21,8 @@ class SparseDenseCallback(BaseCallback):
     At training start it attaches a :class:`~rlaccel_plugins.SparseDenseUpdater` to every
     network/optimizer pair (DQN ``q_net``; QR-DQN ``quantile_net``; SAC/TD3/DDPG ``actor`` and
     ``critic``; PPO/A2C ``policy``), and, when the replay buffer returns importance weights, scales
-    the TD loss per sample. At training end (idempotent: RL Zoo calls it twice) it restores every
+    the TD loss per sample. Metrics are recorded every ``monitoring.log_interval`` env steps and at
+    the end of each ``learn()``. At training end (idempotent: RL Zoo calls it twice) it restores every
     ``requires_grad`` flag and keeps the schedule's phase for the next ``learn()``. It logs
     ``rlaccel/*`` values through SB3's logger (so TensorBoard, CSV and wandb work as usual).
 
@@ -55,6 +57,8 @@ class SparseDenseCallback(BaseCallback):
         self._final_stats: dict[str, float] = {}
         self.guard: GradientGuard | None = None
         self.networks: list[str] = []  # names of the networks under the schedule in the last learn()
+        self._log_cadence = EnvStepCadence(0)
+        self._recorded: bool | None = None  # None outside learn()
 
     def _on_training_start(self) -> None:
         self.teardown()  # a previous learn() that never reached its end
@@ -80,11 +84,20 @@ class SparseDenseCallback(BaseCallback):
                 and buffer.engine.config.importance_beta is not None:
             self.weights = ImportanceWeightHook(buffer, critic_networks(self.model))
         self._fps = FpsMeter(self.num_timesteps)
+        self._log_cadence = EnvStepCadence(self.config.monitoring.log_interval)
+        self._log_cadence.start(self.num_timesteps)
+        self._recorded = False
 
     def _on_step(self) -> bool:
         return True
 
     def _on_rollout_end(self) -> None:
+        # gathered when logged: every monitoring.log_interval env steps (and at the first rollout)
+        if self._log_cadence.due(self.num_timesteps) or not self._recorded:
+            self._record_metrics()
+
+    def _record_metrics(self) -> None:
+        self._recorded = True
         for key, value in self._metrics().items():
             self.logger.record(key, value)
 
@@ -101,6 +114,9 @@ class SparseDenseCallback(BaseCallback):
         return {**stats, **(self.guard.stats if self.guard is not None else {})}
 
     def _on_training_end(self) -> None:
+        if self._recorded is not None:  # the final counts of this learn() (RL Zoo calls this twice)
+            self._record_metrics()
+            self._recorded = None
         self.teardown()
 
     def _install_autocast(self) -> None:

@@ -1,9 +1,12 @@
 """`rlaccel train --framework sb3`: build an SB3 agent from RL Zoo settings, with or without rlaccel.
 
 Stock (``--stock``): RL Zoo's hyper-parameters for the task, SB3's own buffer and envs, nothing of
-rlaccel. Accelerated: the same settings with the preset's training values applied (batch size,
-learning rate, env count — rlaccel builds this agent, so it may), the tiered buffer, the
-sparse/dense callback and envpool when it supports the task. With several envs ``train_freq``
+rlaccel. Accelerated: the same settings with the preset's training values applied to off-policy
+agents (batch size, learning rate, env count — rlaccel builds this agent, so it may), the tiered
+buffer, the sparse/dense callback and envpool when it supports the task. On-policy agents (PPO,
+A2C) keep RL Zoo's batch size, learning rate and env count: the presets' values are tuned for
+off-policy replay (``classic_control``'s learning rate would break PPO); they get the callback.
+Every model gets ``training.device``. With several envs ``train_freq``
 (which counts ``env.step`` calls) is divided by the env count, so gradient steps per collected
 transition stay RL Zoo's — unless the config sets ``training.replay_ratio`` (samples drawn per env
 step), which then sets the gradient steps per update.
@@ -83,6 +86,8 @@ def build(spec: TrainSpec):
     if "exploration_fraction" in kwargs:  # keep RL Zoo's absolute exploration length whatever the budget
         kwargs["exploration_fraction"] = min(1.0, kwargs["exploration_fraction"] * zoo_steps / spec.steps)
     callbacks: list[BaseCallback] = []
+    if spec.config.training.device != "auto":  # training.device, on every model rlaccel builds
+        kwargs["device"] = spec.config.training.device  # ("auto": SB3's own choice, as without rlaccel)
     if not spec.stock:
         training = spec.config.training
         hw = resolve_auto(spec.config)

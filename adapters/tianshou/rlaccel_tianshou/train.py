@@ -66,7 +66,8 @@ class TianshouTraining:
             self.eps, lr, gamma, target = 1.0, training.learning_rate, 0.99, max(1, round(256 * self.ups))
             rb = spec.config.replay_buffer
             self.buffer = TieredVectorReplayBuffer(rb.capacity, self.num_envs, replay_config=rb, random_seed=spec.seed)
-        net = Net(state_shape=self.obs_dim, action_shape=self.n_actions, hidden_sizes=self.hidden)
+        device = resolve_auto(spec.config).device  # training.device
+        net = Net(state_shape=self.obs_dim, action_shape=self.n_actions, hidden_sizes=self.hidden).to(device)
         self.policy = DiscreteQLearningPolicy(model=net, action_space=probe.action_space, eps_training=self.eps,
                                               eps_inference=0.0)
         n_step = 3 if spec.stock or spec.config.replay_buffer.n_step == "auto" else spec.config.replay_buffer.n_step
@@ -91,7 +92,7 @@ class TianshouTraining:
         if not spec.resume:
             training_collector.collect(n_step=batch * num_envs, random=True)
         counter = _count_updates(algorithm)
-        monitor = _Monitor(spec, progress, algorithm, buffer)
+        monitor = _Monitor(spec, progress, algorithm, buffer, every=spec.config.monitoring.log_interval)
         checkpoints.start(buffer, offset)
         run = _Run(spec, monitor, checkpoints, policy, clock, offset)
         ray_metrics = {}
@@ -151,7 +152,7 @@ class _Monitor:
     """The progress line, and TensorBoard logs in ``--logdir``: Tianshou's own (losses, rewards) through
     its ``TensorboardLogger``, plus ``rlaccel/*`` (fps, full/dense updates, level fill and samples)."""
 
-    def __init__(self, spec: TrainSpec, progress, algorithm, buffer, every: int = 1_000) -> None:
+    def __init__(self, spec: TrainSpec, progress, algorithm, buffer, every: int) -> None:
         self.progress, self.algorithm, self.buffer, self.every = progress, algorithm, buffer, every
         self.writer = self.logger = None
         if spec.logdir and spec.config.monitoring.tensorboard:
