@@ -290,12 +290,12 @@ def test_high_level_experiment_switches_on_with_one_call(tmp_path):
 
 
 def test_async_training_stores_every_collected_step_and_updates_at_the_ratio():
-    from rlaccel_tianshou.async_training import train_async
+    from rlaccel_tianshou.async_learn import learn_async
 
     algo = make_dqn()
     buf = TieredVectorReplayBuffer(4000, 4, level_capacity=[400, 3600], sampling_ratio=[0.5, 0.5])
     chunks = []
-    stored = train_async(algo, envs("CartPole-v1", 4), buf, 2000, batch_size=32, gradient_steps_per_sample=0.25,
+    stored = learn_async(algo, envs("CartPole-v1", 4), buf, 2000, batch_size=32, gradient_steps_per_sample=0.25,
                          chunk_steps=5, sync_interval=10, on_chunk=lambda steps, stats: chunks.append(steps))
     assert stored == len(buf) == 2000 and chunks[-1] == 2000
     assert algo.policy.eps_training == 0.2

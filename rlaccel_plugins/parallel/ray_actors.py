@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlaccel_plugins.errors import ConfigError, invalid
+from rlaccel_plugins.parallel.learner import Learner
 
 INSTALL_HINT = "Fix: pip install 'rlaccel-plugins[ray]' (or pip install ray)."
 
@@ -312,34 +313,32 @@ class RayActorPool:
         return out
 
 
-def feed_learner(pool: RayActorPool, *, store: Callable[[Chunk], int], finished: Callable[[], bool],
-                 updates: Callable[[], int], weights: Callable[[], Any], params: Callable[[], dict[str, Any]],
-                 sync_interval: int, on_metrics: Callable[[dict[str, float]], None] | None = None,
+def feed_learner(pool: RayActorPool, learner: Learner, *, sync_interval: int,
+                 on_metrics: Callable[[dict[str, float]], None] | None = None,
                  pool_hook: Callable[[RayActorPool, RayRun], None] | None = None, log_every: int = 10) -> RayRun:
     """The learner's loop over ``pool``, framework-agnostic: start the actors, store every chunk that
-    arrives (``store(chunk)`` returns the transitions it stored, 0 once the budget is spent), send new
-    weights every ``sync_interval`` updates, report metrics; stop the actors whatever happens.
+    arrives through ``learner`` (a :class:`~rlaccel_plugins.parallel.learner.Learner`), send new weights
+    every ``sync_interval`` gradient steps, report metrics; stop the actors whatever happens.
 
-    ``updates()`` is the learner's gradient-step count (the policy version), ``params()`` what travels
-    with each request (exploration), ``pool_hook(pool, run)`` runs after each batch of chunks.
+    ``pool_hook(pool, run)`` runs after each batch of chunks (the fault-injection tests kill an actor there).
     """
-    run, synced = RayRun(), updates()
-    pool.start(weights(), params(), synced)
+    run, synced = RayRun(), learner.gradient_steps
+    pool.start(learner.weights(), learner.exploration(), synced)
     try:
-        while not finished():
-            pool.params = params()
+        while not learner.finished:
+            pool.params = learner.exploration()
             chunks = pool.receive()
             for chunk in chunks:
                 run.received(chunk)
-                run.stored_steps += store(chunk)
-                if updates() - synced >= sync_interval:
-                    synced = updates()
-                    pool.broadcast(weights(), synced)
-            if run.measure(pool, updates(), chunks, every=log_every) and on_metrics is not None:
+                run.stored_steps += learner.store_chunk(chunk.payload)
+                if learner.gradient_steps - synced >= sync_interval:
+                    synced = learner.gradient_steps
+                    pool.broadcast(learner.weights(), synced)
+            if run.measure(pool, learner.gradient_steps, chunks, every=log_every) and on_metrics is not None:
                 on_metrics(run.metrics)
             if pool_hook is not None:
                 pool_hook(pool, run)
     finally:
-        run.measure(pool, updates())
+        run.measure(pool, learner.gradient_steps)
         pool.stop()  # requests still in flight are dropped: they were never acknowledged
     return run

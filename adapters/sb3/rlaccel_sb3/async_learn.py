@@ -24,6 +24,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
 from rlaccel_plugins.parallel.async_collect import AsyncCollector
+from rlaccel_plugins.parallel.ray_actors import cpu_weights
 
 
 def replay_ratio(model: OffPolicyAlgorithm) -> float:
@@ -122,7 +123,8 @@ def choose_actions(policy, action_space: spaces.Space, obs, n_envs: int, *, epsi
 class OffPolicyLearner:
     """SB3's side of its own ``collect_rollouts`` + ``train`` loop, fed with transitions collected
     elsewhere (an actor thread, Ray actors): SB3's per-step bookkeeping and callbacks for each vector
-    step, and SB3's own ``train(gradient_steps)`` after every ``train_freq`` steps."""
+    step, and SB3's own ``train(gradient_steps)`` after every ``train_freq`` steps. It is the core's
+    :class:`~rlaccel_plugins.parallel.learner.Learner` (a chunk: a list of vector steps)."""
 
     def __init__(self, model: OffPolicyAlgorithm, callback: Any, total_timesteps: int, log_interval: int = 4) -> None:
         self.model, self.callback, self.total_timesteps = model, callback, total_timesteps
@@ -161,6 +163,31 @@ class OffPolicyLearner:
                 self.gradient_steps += steps
         self.callback.on_rollout_start()
         return True
+
+    def store_chunk(self, steps: list[tuple]) -> int:
+        """Store a chunk of vector steps from another process; its last step is stored as a truncation,
+        since the next step of these buffer streams is another chunk (possibly another actor's)."""
+        stored, last = 0, len(steps) - 1
+        for t, (obs, buffer_actions, new_obs, rewards, dones, infos) in enumerate(steps):
+            if t == last:
+                infos = _stream_break(infos, dones)
+            stored += self.model.n_envs if self.store(obs, buffer_actions, new_obs, rewards, dones, infos) else 0
+        return stored
+
+    def weights(self) -> dict[str, Any]:
+        return cpu_weights(self.model.policy)
+
+    def exploration(self) -> dict[str, Any]:
+        """SB3's exploration now: epsilon (DQN), and uniform random actions before ``learning_starts``."""
+        model = self.model
+        return {"epsilon": float(getattr(model, "exploration_rate", 0.0)),
+                "random": model.num_timesteps < model.learning_starts}
+
+
+def _stream_break(infos: list[dict], dones: np.ndarray) -> list[dict]:
+    """Mark the envs still running as truncated here. Copies, so the episode accounting sees the infos
+    unchanged."""
+    return [info if done else {**info, "TimeLimit.truncated": True} for info, done in zip(infos, dones)]
 
 
 def _store(model, callback, obs, buffer_actions, new_obs, rewards, dones, infos, total_timesteps) -> bool:

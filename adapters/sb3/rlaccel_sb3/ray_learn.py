@@ -31,7 +31,6 @@ from rlaccel_plugins.parallel.ray_actors import (
     RayActorPool,
     RayRun,
     connect,
-    cpu_weights,
     feed_learner,
     weightless_copy,
 )
@@ -100,34 +99,13 @@ def learn_ray(model: OffPolicyAlgorithm, total_timesteps: int, env_id: str, *, a
                                     accelerated=accelerated)
     learner = OffPolicyLearner(model, callback, total_timesteps)
 
-    def store(chunk) -> int:
-        stored, last = 0, len(chunk.payload) - 1
-        for t, (obs, buffer_actions, new_obs, rewards, dones, infos) in enumerate(chunk.payload):
-            if t == last:
-                infos = _stream_break(infos, dones)
-            stored += model.n_envs if learner.store(obs, buffer_actions, new_obs, rewards, dones, infos) else 0
-        return stored
-
     def report(metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
             model.logger.record(f"rlaccel/{key}", value)
         if on_metrics is not None:
             on_metrics(metrics)
 
-    run = feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), store=store,
-                       finished=lambda: learner.finished, updates=lambda: learner.gradient_steps,
-                       weights=lambda: cpu_weights(model.policy), params=lambda: _exploration(model),
+    run = feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), learner,
                        sync_interval=sync_interval, on_metrics=report, pool_hook=pool_hook, log_every=log_every)
     callback.on_training_end()
     return run
-
-
-def _exploration(model: OffPolicyAlgorithm) -> dict[str, Any]:
-    return {"epsilon": float(getattr(model, "exploration_rate", 0.0)),
-            "random": model.num_timesteps < model.learning_starts}
-
-
-def _stream_break(infos: list[dict], dones: np.ndarray) -> list[dict]:
-    """Mark the envs still running as truncated here: the next step in these buffer streams is another
-    chunk (possibly another actor's). Copies, so the episode accounting sees the infos unchanged."""
-    return [info if done else {**info, "TimeLimit.truncated": True} for info, done in zip(infos, dones)]

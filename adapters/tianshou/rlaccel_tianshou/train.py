@@ -98,9 +98,9 @@ class TianshouTraining:
         ray_metrics = {}
         try:
             if spec.ray is not None:
-                env_steps, ray_metrics = _train_ray(run, buffer, batch, ups, eval_collector)
+                env_steps, ray_metrics = _learn_ray(run, buffer, batch, ups, eval_collector)
             elif spec.async_mode:
-                env_steps = _train_async(run, buffer, batch, ups, eval_collector)
+                env_steps = _learn_async(run, buffer, batch, ups, eval_collector)
             else:
                 env_steps = _train_sync(run, algorithm, training_collector, eval_collector, batch, ups)
         except StoppedBySignal:
@@ -280,20 +280,20 @@ class _ChunkEvaluation:
             self.stop = run.evaluated(run.clock.evaluate(run.env_step, self.evaluate))
 
 
-def _train_async(run: _Run, buffer, batch, ups, eval_collector) -> int:
-    """Collection in an actor thread (see :mod:`rlaccel_tianshou.async_training`)."""
-    from rlaccel_tianshou.async_training import train_async
+def _learn_async(run: _Run, buffer, batch, ups, eval_collector) -> int:
+    """Collection in an actor thread (see :mod:`rlaccel_tianshou.async_learn`)."""
+    from rlaccel_tianshou.async_learn import learn_async
 
     spec, on_chunk = run.spec, _ChunkEvaluation(run, eval_collector)
     envs = make_envs(spec.env_id, buffer.buffer_num, spec.seed + 1 + run.offset, True)
-    return run.offset + train_async(run.monitor.algorithm, envs, buffer, run.remaining, batch_size=batch,
+    return run.offset + learn_async(run.monitor.algorithm, envs, buffer, run.remaining, batch_size=batch,
                                     gradient_steps_per_sample=ups, sync_interval=spec.config.training.sync_interval,
                                     on_chunk=on_chunk, should_stop=lambda: on_chunk.stop)
 
 
-def _train_ray(run: _Run, buffer, batch, ups, eval_collector) -> tuple[int, dict]:
-    """Collection on Ray actors (see :mod:`rlaccel_tianshou.ray_training`)."""
-    from rlaccel_tianshou.ray_training import train_ray
+def _learn_ray(run: _Run, buffer, batch, ups, eval_collector) -> tuple[int, dict]:
+    """Collection on Ray actors (see :mod:`rlaccel_tianshou.ray_learn`)."""
+    from rlaccel_tianshou.ray_learn import learn_ray
 
     spec, on_chunk = run.spec, _ChunkEvaluation(run, eval_collector)
 
@@ -302,7 +302,7 @@ def _train_ray(run: _Run, buffer, batch, ups, eval_collector) -> tuple[int, dict
                                     actor_fps=metrics.get("ray/env_steps_per_s"))
         run.monitor.scalars(metrics, run.env_step)
 
-    ray_run = train_ray(run.monitor.algorithm, spec.env_id, buffer, run.remaining, actors=spec.ray["actors"],
+    ray_run = learn_ray(run.monitor.algorithm, spec.env_id, buffer, run.remaining, actors=spec.ray["actors"],
                         chunk_steps=spec.ray["chunk_steps"], max_in_flight=spec.ray["max_in_flight"],
                         batch_size=batch, gradient_steps_per_sample=ups, address=spec.ray["address"],
                         sync_interval=spec.config.training.sync_interval, on_chunk=on_chunk,

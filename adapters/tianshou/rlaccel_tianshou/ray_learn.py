@@ -1,16 +1,16 @@
-"""`train_ray`: Tianshou off-policy training with Ray actors collecting, on this machine or a cluster.
+"""`learn_ray`: Tianshou off-policy training with Ray actors collecting, on this machine or a cluster.
 
 Each actor runs Tianshou's own ``Collector`` on ``buffer.buffer_num`` envs (envpool where it pays)
 with a copy of the policy and sends chunks of ``chunk_steps`` vector steps; the learner stores them
 in per-env time order and runs Tianshou's own ``algorithm.update`` at ``gradient_steps_per_sample``
-(:class:`~rlaccel_tianshou.async_training.OffPolicyLearner`), whatever the number of actors. Chunks
+(:class:`~rlaccel_tianshou.async_learn.OffPolicyLearner`), whatever the number of actors. Chunks
 of all actors share the buffer's env streams, so each chunk's last step is stored as truncated: an
 n-step return never runs into another actor's chunk, and bootstraps from the true next observation.
 
 Example (not run as a doctest: it starts Ray actors)::
 
     buffer = TieredVectorReplayBuffer(50_000, 4, preset="classic_control")
-    run = train_ray(dqn, "CartPole-v1", buffer, 50_000, actors=2)
+    run = learn_ray(dqn, "CartPole-v1", buffer, 50_000, actors=2)
 """
 
 from __future__ import annotations
@@ -25,11 +25,10 @@ from rlaccel_plugins.parallel.ray_actors import (
     RayActorPool,
     RayRun,
     connect,
-    cpu_weights,
     feed_learner,
     weightless_copy,
 )
-from rlaccel_tianshou.async_training import ChunkCollector, OffPolicyLearner
+from rlaccel_tianshou.async_learn import ChunkCollector, OffPolicyLearner
 from rlaccel_tianshou.envs import make_envs
 
 
@@ -54,7 +53,7 @@ class TianshouRolloutWorker:
         return (rows, returns), sum(len(r) for r in rows)
 
 
-def train_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: int = 2, chunk_steps: int = 16,
+def learn_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: int = 2, chunk_steps: int = 16,
               batch_size: int = 64, gradient_steps_per_sample: float = 0.1, sync_interval: int = 50,
               max_in_flight: int = 2, address: str | None = None,
               on_chunk: Callable[[int, list[float]], None] | None = None,
@@ -69,30 +68,11 @@ def train_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
     policy = algorithm.policy
     make_worker = functools.partial(TianshouRolloutWorker, env_id=env_id, n_envs=buffer.buffer_num, seed=_seed(),
                                     policy=weightless_copy(policy), chunk_steps=chunk_steps)
-    learner = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample)
-
-    def finished() -> bool:
-        return learner.finished(should_stop)
-
-    def store(chunk) -> int:
-        if finished():
-            return 0  # arrived after the budget was spent: acknowledged, not stored
-        rows, returns = chunk.payload
-        added = learner.store(rows, stream_break=True)
-        if on_chunk is not None:
-            on_chunk(learner.stored, returns)
-        learner.update()
-        return added
-
-    return feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), store=store,
-                        finished=finished, updates=lambda: learner.updates, weights=lambda: cpu_weights(policy),
-                        params=lambda: _exploration(policy), sync_interval=sync_interval, on_metrics=on_metrics,
-                        pool_hook=pool_hook, log_every=log_every)
+    learner = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample,
+                               should_stop=should_stop, on_chunk=on_chunk, stream_break=True)
+    return feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), learner,
+                        sync_interval=sync_interval, on_metrics=on_metrics, pool_hook=pool_hook, log_every=log_every)
 
 
 def _seed() -> int:
     return int(np.random.randint(0, 2**31 - 1))  # follows np.random.seed(spec.seed) of the run
-
-
-def _exploration(policy: Any) -> dict[str, Any]:
-    return {"eps_training": float(policy.eps_training)} if hasattr(policy, "eps_training") else {}

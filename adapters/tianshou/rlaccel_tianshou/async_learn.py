@@ -1,4 +1,4 @@
-"""`train_async`: Tianshou off-policy training with collection running concurrently with the updates.
+"""`learn_async`: Tianshou off-policy training with collection running concurrently with the updates.
 
 The actor thread runs Tianshou's own ``Collector`` with a copy of the policy on the training envs,
 ``chunk_steps`` vector steps at a time, into a small staging buffer of its own; the learner thread
@@ -20,9 +20,10 @@ from tianshou.data import Batch, Collector, VectorReplayBuffer
 from tianshou.utils.torch_utils import policy_within_training_step
 
 from rlaccel_plugins.parallel.async_collect import AsyncCollector
+from rlaccel_plugins.parallel.ray_actors import cpu_weights
 
 
-def train_async(algorithm: Any, envs: Any, buffer: Any, steps: int, *, batch_size: int = 64,
+def learn_async(algorithm: Any, envs: Any, buffer: Any, steps: int, *, batch_size: int = 64,
                 gradient_steps_per_sample: float = 0.1, chunk_steps: int = 1, sync_interval: int = 50,
                 on_chunk: Callable[[int, Any], None] | None = None, should_stop: Callable[[], bool] | None = None,
                 max_pending: int = 16) -> int:
@@ -33,7 +34,7 @@ def train_async(algorithm: Any, envs: Any, buffer: Any, steps: int, *, batch_siz
 
     Example (not run as a doctest: it trains for minutes; ``tests/test_tianshou_adapter.py`` runs it)::
 
-        train_async(dqn, DummyVectorEnv([...] * 10), TieredVectorReplayBuffer(20_000, 10), 50_000)
+        learn_async(dqn, DummyVectorEnv([...] * 10), TieredVectorReplayBuffer(20_000, 10), 50_000)
     """
     actor_policy = copy.deepcopy(algorithm.policy)
     lock = threading.Lock()
@@ -45,21 +46,19 @@ def train_async(algorithm: Any, envs: Any, buffer: Any, steps: int, *, batch_siz
 
     collector = AsyncCollector(collect_chunk, max_pending=max_pending)
     collector.start()
-    learner = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample)
+    learner = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample,
+                               should_stop=should_stop, on_chunk=on_chunk)
     last_sync = 0
     try:
-        while not learner.finished(should_stop):
-            for rows, stats in collector.drain(wait_for=1):
-                learner.store(rows)
-                if on_chunk is not None:
-                    on_chunk(learner.stored, stats)
+        while not learner.finished:
+            for chunk in collector.drain(wait_for=1):
+                learner.store_chunk(chunk)
                 _copy_exploration(algorithm.policy, actor_policy)  # e.g. an epsilon schedule set in on_chunk
-                learner.update()
-                if learner.updates - last_sync >= sync_interval:
+                if learner.gradient_steps - last_sync >= sync_interval:
                     with lock:
                         actor_policy.load_state_dict(algorithm.policy.state_dict())
-                    last_sync = learner.updates
-                if learner.finished(should_stop):
+                    last_sync = learner.gradient_steps
+                if learner.finished:
                     break
     finally:
         collector.stop()
@@ -86,16 +85,39 @@ class ChunkCollector:
 class OffPolicyLearner:
     """Tianshou's side of training on chunks collected elsewhere (an actor thread, Ray actors): each
     chunk goes into the buffer in per-env time order, then Tianshou's own ``algorithm.update`` runs as
-    often as ``gradient_steps_per_sample`` asks for what has been stored."""
+    often as ``gradient_steps_per_sample`` asks for what has been stored. It is the core's
+    :class:`~rlaccel_plugins.parallel.learner.Learner` (a chunk: ``(rows, info)`` with ``rows`` a
+    ``Batch`` of consecutive steps per env; ``on_chunk(env_steps, info)`` runs after storing it;
+    ``stream_break``: chunks come from other processes, see :meth:`store`)."""
 
     def __init__(self, algorithm: Any, buffer: Any, steps: int, batch_size: int,
-                 gradient_steps_per_sample: float) -> None:
+                 gradient_steps_per_sample: float, *, should_stop: Callable[[], bool] | None = None,
+                 on_chunk: Callable[[int, Any], None] | None = None, stream_break: bool = False) -> None:
         self.algorithm, self.buffer, self.steps = algorithm, buffer, steps
         self.batch_size, self.gradient_steps_per_sample = batch_size, gradient_steps_per_sample
-        self.stored = self.updates = 0
+        self.should_stop, self.on_chunk, self.stream_break = should_stop, on_chunk, stream_break
+        self.stored = self.gradient_steps = 0
 
-    def finished(self, should_stop: Callable[[], bool] | None = None) -> bool:
-        return self.stored >= self.steps or bool(should_stop and should_stop())
+    @property
+    def finished(self) -> bool:
+        return self.stored >= self.steps or bool(self.should_stop and self.should_stop())
+
+    def store_chunk(self, payload: tuple[list[Batch], Any]) -> int:
+        if self.finished:
+            return 0  # arrived after the budget was spent: acknowledged, not stored
+        rows, info = payload
+        added = self.store(rows, stream_break=self.stream_break)
+        if self.on_chunk is not None:
+            self.on_chunk(self.stored, info)
+        self.update()
+        return added
+
+    def weights(self) -> dict[str, Any]:
+        return cpu_weights(self.algorithm.policy)
+
+    def exploration(self) -> dict[str, Any]:
+        policy = self.algorithm.policy
+        return {"eps_training": float(policy.eps_training)} if hasattr(policy, "eps_training") else {}
 
     def store(self, rows: list[Batch], stream_break: bool = False) -> int:
         """Add one chunk (a ``Batch`` of consecutive steps per env); ``stream_break``: the next chunk in
@@ -107,11 +129,11 @@ class OffPolicyLearner:
         return added
 
     def update(self) -> None:
-        due = int(self.stored * self.gradient_steps_per_sample) - self.updates
+        due = int(self.stored * self.gradient_steps_per_sample) - self.gradient_steps
         with policy_within_training_step(self.algorithm.policy):
             for _ in range(max(due, 0)):
                 self.algorithm.update(sample_size=self.batch_size, buffer=self.buffer)
-        self.updates += max(due, 0)
+        self.gradient_steps += max(due, 0)
 
 
 def _truncated_at_end(rows: Batch) -> Batch:
