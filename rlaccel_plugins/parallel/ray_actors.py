@@ -127,14 +127,18 @@ class Chunk:
     collect_seconds: float     # time the actor spent producing it
     latency: float = 0.0       # seconds from the actor finishing it to the learner receiving it
     finished_at: float = 0.0
+    node: str = ""             # the Ray node the actor runs on
 
 
 class RolloutActor:
     """The Ray actor around a worker (made a Ray actor class by :class:`RayActorPool`)."""
 
     def __init__(self, make_worker: Callable[[int], Any], index: int) -> None:
+        import ray
+
         self.index = index
         self.incarnation = f"{socket.gethostname()}:{os.getpid()}"
+        self.node = ray.get_runtime_context().get_node_id()
         self.worker = make_worker(index)
         self.version = -1
         self.seq = 0
@@ -147,17 +151,9 @@ class RolloutActor:
         start = time.perf_counter()
         payload, steps = self.worker.collect(params)
         chunk = Chunk(self.index, self.incarnation, self.seq, self.version, steps, payload,
-                      time.perf_counter() - start, finished_at=time.time())
+                      time.perf_counter() - start, finished_at=time.time(), node=self.node)
         self.seq += 1
         return chunk
-
-    def node(self) -> str:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
-    def pid(self) -> int:
-        return os.getpid()
 
 
 @dataclass

@@ -13,31 +13,49 @@ from typing import Any
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlaccel_plugins.checkpoint import CheckpointSchedule, restore_rng, rng_state, store_for
+from rlaccel_plugins.checkpoint import Checkpoint, CheckpointSchedule, note_resume, restore_rng, rng_state, store_for
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
-class CheckpointCallback(BaseCallback):
-    """Checkpoint every ``checkpoint.every_steps`` env steps, and on SIGTERM/SIGINT (then stop)."""
+class Checkpoints:
+    """Periodic and signal-triggered checkpoints of one SB3 run, and its resume (the shape of the
+    Tianshou adapter's ``Checkpoints``; SB3's loop reaches it through :class:`CheckpointCallback`)."""
 
     def __init__(self, spec: TrainSpec, clock: EvalClock, sparse: Any = None) -> None:
-        super().__init__()
         self.spec, self.clock, self.sparse = spec, clock, sparse
-        self.store = store_for(spec)
+        self.store = store_for(spec) if spec.logdir else None
         self.schedule = CheckpointSchedule(spec.config.checkpoint.every_steps, spec.stop)
-        self.last = None
+        self.last: Checkpoint | None = None
 
-    def _on_training_start(self) -> None:
-        self.schedule.start(self.num_timesteps)
+    def start(self, env_steps: int) -> None:
+        self.schedule.start(env_steps)
 
-    def _on_step(self) -> bool:
-        due = self.schedule.due(self.num_timesteps)
+    def resume(self, cls, env):
+        """Load the newest valid checkpoint into a new model; returns (model, checkpoint)."""
+        checkpoint = self.store.require_latest()
+        model = cls.load(checkpoint.path / "model.zip", env=env, device="cpu")
+        if (checkpoint.path / "replay.pkl").exists():
+            model.load_replay_buffer(checkpoint.path / "replay.pkl")
+        state = torch.load(checkpoint.path / "state.pt", weights_only=False)
+        self.clock.restore(state["clock"])
+        if self.sparse is not None and state["sparse"] is not None:
+            self.sparse.load_state_dict(state["sparse"])
+        restore_rng(state["rng"])
+        model._last_obs = None  # the env is new: start fresh episodes
+        if getattr(model, "replay_buffer", None) is not None:
+            note_resume(self.spec.logdir, checkpoint, model.num_timesteps, model.replay_buffer)
+        return model, checkpoint
+
+    def poll(self, model) -> bool:
+        """Call after each env step: checkpoints when due; False after a signal's checkpoint (stop)."""
+        if self.store is None:
+            return True
+        due = self.schedule.due(model.num_timesteps)
         if due is not None:
-            self.save()
+            self.save(model)
         return due != "signal"
 
-    def save(self):
-        model = self.model
+    def save(self, model) -> Checkpoint:
         state = {"clock": self.clock.state(), "sparse": self.sparse.state_dict() if self.sparse else None,
                  "rng": rng_state()}
         writers = {"model.zip": lambda p: model.save(p),
@@ -48,16 +66,15 @@ class CheckpointCallback(BaseCallback):
         return self.last
 
 
-def resume(spec: TrainSpec, cls, env, clock: EvalClock, sparse: Any = None):
-    """Load the newest valid checkpoint of ``spec.logdir`` into a new model; returns (model, checkpoint)."""
-    checkpoint = store_for(spec).require_latest()
-    model = cls.load(checkpoint.path / "model.zip", env=env, device="cpu")
-    if (checkpoint.path / "replay.pkl").exists():
-        model.load_replay_buffer(checkpoint.path / "replay.pkl")
-    state = torch.load(checkpoint.path / "state.pt", weights_only=False)
-    clock.restore(state["clock"])
-    if sparse is not None and state["sparse"] is not None:
-        sparse.load_state_dict(state["sparse"])
-    restore_rng(state["rng"])
-    model._last_obs = None  # the env is new: start fresh episodes
-    return model, checkpoint
+class CheckpointCallback(BaseCallback):
+    """Polls :class:`Checkpoints` after every env step (SB3's loop offers no other seam)."""
+
+    def __init__(self, checkpoints: Checkpoints) -> None:
+        super().__init__()
+        self.checkpoints = checkpoints
+
+    def _on_training_start(self) -> None:
+        self.checkpoints.start(self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        return self.checkpoints.poll(self.model)

@@ -185,19 +185,16 @@ class Sb3Training:
         self.sparse = next((c for c in self.callbacks if isinstance(c, SparseDenseCallback)), None)
 
     def learn(self, progress, clock: EvalClock) -> Learned:
-        from rlaccel_plugins.checkpoint import note_resume
-        from rlaccel_sb3.checkpointing import CheckpointCallback, resume
+        from rlaccel_sb3.checkpointing import CheckpointCallback, Checkpoints
 
         spec, sparse = self.spec, self.sparse
+        checkpoints = Checkpoints(spec, clock, sparse)
         resumed = None
         if spec.resume:
-            self.model, resumed = resume(spec, type(self.model), self.model.get_env(), clock, sparse)
-            if getattr(self.model, "replay_buffer", None) is not None:
-                note_resume(spec.logdir, resumed, self.model.num_timesteps, self.model.replay_buffer)
+            self.model, resumed = checkpoints.resume(type(self.model), self.model.get_env())
         model = self.model
-        checkpoints = CheckpointCallback(spec, clock, sparse) if spec.logdir else None
         evaluation = _EvalAndProgress(spec, progress, clock, sparse)
-        callback = CallbackList([*self.callbacks, evaluation, *([checkpoints] if checkpoints else [])])
+        callback = CallbackList([*self.callbacks, evaluation, CheckpointCallback(checkpoints)])
         remaining = max(0, spec.steps - model.num_timesteps)
         ray_metrics = {}
         if spec.ray is not None:
@@ -218,7 +215,7 @@ class Sb3Training:
             learn_async(model, remaining, callback=callback, sync_interval=spec.config.training.sync_interval)
         elif remaining:
             model.learn(remaining, callback=callback, reset_num_timesteps=resumed is None)
-        last = checkpoints.last if checkpoints is not None else None
+        last = checkpoints.last
         return Learned(env_steps=model.num_timesteps, gradient_steps=gradient_steps(model),
                        stats={**(sparse.stats if sparse is not None else {}), **ray_metrics},
                        replay_bytes_per_transition=replay_bytes_per_transition(model),
