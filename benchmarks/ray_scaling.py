@@ -58,10 +58,11 @@ def with_ray(steps: int, n_envs: int, actors: int, chunk_steps: int) -> dict:
     marks = {}
     begin = time.perf_counter()
 
-    def first_chunk(pool, run):
+    def first_chunk(metrics):
         marks.setdefault("start", (time.perf_counter(), model.num_timesteps))
 
-    run = learn_ray(model, steps, "CartPole-v1", actors=actors, chunk_steps=chunk_steps, pool_hook=first_chunk)
+    run = learn_ray(model, steps, "CartPole-v1", actors=actors, chunk_steps=chunk_steps, on_metrics=first_chunk,
+                    log_every=1)
     end = time.perf_counter()
     start, at = marks["start"]
     return {"variant": f"ray, {actors} actor{'s' if actors > 1 else ''} x {n_envs} envs",

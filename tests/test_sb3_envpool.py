@@ -85,3 +85,23 @@ def test_unknown_env_id_suggests_the_closest():
 
     with pytest.raises(ConfigError, match="Did you mean 'CartPole-v1'"):
         EnvPoolVecEnv("CartPole-v9")
+
+
+def test_the_rlaccel_make_env_hook_reaches_the_envs_rlaccel_train_builds(fresh_plugins):
+    from rlaccel_sb3.envs import make_env
+    from rlaccel_tianshou.envs import make_envs
+
+    import rlaccel_plugins as rla
+    from rlaccel_plugins.plugins import get_plugin_manager
+
+    seen = []
+
+    class Spy:  # a plugin that watches, then lets the built-in answer
+        @rla.hookimpl(tryfirst=True)
+        def rlaccel_make_env(self, env_id, num_envs, backend, seed, config, env_kwargs):
+            seen.append((env_id, num_envs, backend))
+
+    get_plugin_manager().register(Spy(), name="spy")
+    make_env("CartPole-v1", 8, 0, accelerated=True).close()   # SB3: EnvPoolVecEnv's pool
+    make_envs("CartPole-v1", 8, 0, True).close()              # Tianshou: the collector's envs
+    assert seen == [("CartPole-v1", 8, "envpool")] * 2

@@ -101,14 +101,17 @@ def build_builtin_env(env_id: str, num_envs: int, backend: str, seed: int, env_k
     """The built-in answer to ``rlaccel_make_env`` (None for a backend it does not know).
 
     Atari games (envpool-style ids such as ``"Pong-v5"``) get the same preprocessing on both backends
-    (:class:`~rlaccel_plugins.parallel.atari.AtariOptions`; pass ``atari=AtariOptions(...)`` or a dict).
+    (:class:`~rlaccel_plugins.parallel.atari.AtariOptions`; pass ``atari=AtariOptions(...)`` or a dict);
+    ``atari=False`` leaves it out (the caller's kwargs are the backend's own, e.g. envpool's).
     """
     from rlaccel_plugins.parallel.atari import AtariOptions, is_atari
 
     if backend not in BACKENDS:
         return None
     atari = env_kwargs.pop("atari", None)
-    if atari is not None or is_atari(env_id):
+    if atari is False:
+        atari = None
+    elif atari is not None or is_atari(env_id):
         atari = atari if isinstance(atari, AtariOptions) else AtariOptions(**(atari or {}))
     if choose_backend(env_id, backend, num_envs) == "envpool":
         import envpool

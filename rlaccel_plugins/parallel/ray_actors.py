@@ -197,7 +197,11 @@ class RayRun:
 
 
 class RayActorPool:
-    """``num_actors`` rollout actors with bounded requests in flight, weight broadcast and restarts."""
+    """``num_actors`` rollout actors with bounded requests in flight, weight broadcast and restarts.
+
+    Actors are named ``rlaccel-rollout-<pool>-<index>`` (:attr:`actor_names`), so the Ray dashboard,
+    ``ray.util.list_named_actors()`` and ``ray.get_actor`` find them.
+    """
 
     def __init__(self, make_worker: Callable[[int], Any], num_actors: int, *, max_in_flight: int = 2,
                  num_cpus: float = 1.0, max_consecutive_failures: int = 10) -> None:
@@ -214,12 +218,15 @@ class RayActorPool:
         self._weights_ref = None
         self._version = 0
         self.params: dict[str, Any] = {}
+        pool = f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
+        self.actor_names = [f"rlaccel-rollout-{pool}-{i}" for i in range(num_actors)]
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, weights: Any, params: dict[str, Any] | None = None, version: int = 0) -> None:
         """Create the actors, send them ``weights`` and ask each for ``max_in_flight`` chunks."""
         remote = self.ray.remote(num_cpus=self.num_cpus, max_restarts=-1, max_task_retries=0)(RolloutActor)
-        self.actors = [remote.remote(self.make_worker, i) for i in range(self.num_actors)]
+        self.actors = [remote.options(name=name).remote(self.make_worker, i)
+                       for i, name in enumerate(self.actor_names)]
         self.params = dict(params or {})
         self.broadcast(weights, version)
         for i in range(self.num_actors):
@@ -310,13 +317,11 @@ class RayActorPool:
 
 
 def feed_learner(pool: RayActorPool, learner: Learner, *, sync_interval: int,
-                 on_metrics: Callable[[dict[str, float]], None] | None = None,
-                 pool_hook: Callable[[RayActorPool, RayRun], None] | None = None, log_every: int = 10) -> RayRun:
+                 on_metrics: Callable[[dict[str, float]], None] | None = None, log_every: int = 10) -> RayRun:
     """The learner's loop over ``pool``, framework-agnostic: start the actors, store every chunk that
     arrives through ``learner`` (a :class:`~rlaccel_plugins.parallel.learner.Learner`), send new weights
-    every ``sync_interval`` gradient steps, report metrics; stop the actors whatever happens.
-
-    ``pool_hook(pool, run)`` runs after each batch of chunks (the fault-injection tests kill an actor there).
+    every ``sync_interval`` gradient steps, report metrics (``on_metrics`` every ``log_every`` chunks);
+    stop the actors whatever happens.
     """
     run, synced = RayRun(), learner.gradient_steps
     pool.start(learner.weights(), learner.exploration(), synced)
@@ -332,8 +337,6 @@ def feed_learner(pool: RayActorPool, learner: Learner, *, sync_interval: int,
                     pool.broadcast(learner.weights(), synced)
             if run.measure(pool, learner.gradient_steps, chunks, every=log_every) and on_metrics is not None:
                 on_metrics(run.metrics)
-            if pool_hook is not None:
-                pool_hook(pool, run)
     finally:
         run.measure(pool, learner.gradient_steps)
         pool.stop()  # requests still in flight are dropped: they were never acknowledged

@@ -58,7 +58,7 @@ class EnvPoolVecEnv(VecEnv):
         self._kwargs = {"num_threads": envpool_threads(env_id, num_envs), **(SB3_ATARI_OPTIONS if sb3_atari else {}),
                         **envpool_kwargs}
         self._seed = seed
-        self.pool = envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed, **self._kwargs)
+        self.pool = self._make_pool(num_envs)
         observation_space = self.pool.observation_space
         self._cast_obs = isinstance(observation_space, spaces.Box) and observation_space.dtype == np.float64
         if self._cast_obs:
@@ -68,13 +68,19 @@ class EnvPoolVecEnv(VecEnv):
         self._actions: np.ndarray | None = None
         self._needs_rebuild = False
 
+    def _make_pool(self, num_envs: int):
+        """The envpool, through ``make_vec_env`` (so a plugin's ``rlaccel_make_env`` answers first; it
+        must return an envpool-API env for ``backend="envpool"``), with exactly these kwargs."""
+        from rlaccel_plugins.parallel.factory import make_vec_env
+
+        return make_vec_env(self.env_id, num_envs=num_envs, backend="envpool", seed=self._seed, atari=False,
+                            **self._kwargs)
+
     # ------------------------------------------------------------------ VecEnv API
     def reset(self) -> np.ndarray:
         if self._needs_rebuild:
-            import envpool
-
             self.pool.close()
-            self.pool = envpool.make_gymnasium(self.env_id, num_envs=self.num_envs, seed=self._seed, **self._kwargs)
+            self.pool = self._make_pool(self.num_envs)
             self._needs_rebuild = False
         obs, info = self.pool.reset()
         order = np.argsort(info["env_id"])

@@ -57,7 +57,7 @@ def learn_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
               batch_size: int = 64, gradient_steps_per_sample: float = 0.1, sync_interval: int = 50,
               max_in_flight: int = 2, address: str | None = None,
               on_chunk: Callable[[int, list[float]], None] | None = None,
-              should_stop: Callable[[], bool] | None = None, pool_hook: Any = None, log_every: int = 10,
+              should_stop: Callable[[], bool] | None = None, log_every: int = 10,
               on_metrics: Callable[[dict[str, float]], None] | None = None) -> RayRun:
     """Store ``steps`` env steps collected by ``actors`` Ray actors while the learner updates.
 
@@ -71,7 +71,7 @@ def learn_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
     learner = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample,
                                should_stop=should_stop, on_chunk=on_chunk, stream_break=True)
     return feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), learner,
-                        sync_interval=sync_interval, on_metrics=on_metrics, pool_hook=pool_hook, log_every=log_every)
+                        sync_interval=sync_interval, on_metrics=on_metrics, log_every=log_every)
 
 
 def _seed() -> int:
