@@ -195,6 +195,11 @@ class TieredReplay:
         self.specs = specs
         self._expected = {name: ((self.num_envs, *shape), dtype) for name, (shape, dtype) in specs.items()}
 
+    @property
+    def row_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """``{field: ((num_envs, *shape), dtype)}``: what one :meth:`add` takes per field (after allocation)."""
+        return self._expected
+
     def _check(self, fields: dict[str, Any]) -> dict[str, np.ndarray]:
         # the hot path of every add: one dict lookup, a shape and a dtype comparison per field
         expected = self._expected

@@ -100,7 +100,6 @@ class TieredBufferMixin:
         specs = {**self._obs_specs(), "action": ((self.action_dim,), action_dtype), "reward": ((), np.float32),
                  "done": ((), np.float32), "timeout": ((), np.float32)}
         self._engine.allocate(specs)
-        self._rows = {name: ((n_envs, *shape), np.dtype(dtype)) for name, (shape, dtype) in specs.items()}
         self.weights_applied_by: object = None  # set by the callback's ImportanceWeightHook
         self._warned_unweighted = False
 
@@ -159,7 +158,8 @@ class TieredBufferMixin:
         else:
             fields = {**self._obs_fields(obs, "obs"), **self._obs_fields(next_obs, "next_obs")}
         fields.update(action=action, reward=reward, done=done, timeout=timeout)
-        self._engine.add(**{name: as_stored_row(name, value, *self._rows[name]) for name, value in fields.items()})
+        rows = self._engine.row_specs
+        self._engine.add(**{name: as_stored_row(name, value, *rows[name]) for name, value in fields.items()})
 
     def reset(self) -> None:
         """Forget every transition (SB3's ``reset``; stacked frames start fresh too)."""
@@ -175,9 +175,6 @@ class TieredBufferMixin:
         state.setdefault("weights_applied_by", None)
         state.setdefault("_warned_unweighted", False)
         self.__dict__.update(state)
-        if "_rows" not in state:  # pickled by an older rlaccel
-            self._rows = {name: ((self.n_envs, *shape), np.dtype(dtype))
-                          for name, (shape, dtype) in self._engine.specs.items()}
 
     # ------------------------------------------------------------------ reading
     def sample(self, batch_size: int, env: VecNormalize | None = None):
