@@ -45,8 +45,11 @@ def as_stored_row(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype
         >>> as_stored_row("reward", 1.5, (3,), np.dtype(np.float32)).tolist()
         [1.5, 1.5, 1.5]
     """
-    if type(value) is np.ndarray and value.shape == shape and value.dtype == dtype:
-        return value  # the common case: nothing to convert
+    if type(value) is np.ndarray and value.shape == shape:  # the common cases, cheaply
+        if value.dtype is dtype or value.dtype == dtype:
+            return value
+        if not (dtype.kind in "iu" and value.dtype.kind == "f"):
+            return value.astype(dtype)  # numpy's unsafe cast, as assignment does (e.g. bool dones -> float32)
     value = np.asarray(value)
     if dtype.kind in "iu" and value.dtype.kind == "f" and not (
             np.isfinite(value).all() and (value == np.round(value)).all()):
@@ -145,7 +148,7 @@ class TieredBufferMixin:
     def add(self, obs, next_obs, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
             infos: list[dict[str, Any]]) -> None:
         if self.handle_timeout_termination:
-            timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos])
+            timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
         else:
             timeout = self._no_timeouts
         action = np.asarray(action)
