@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from rlaccel_plugins.errors import ConfigError
+from rlaccel_plugins.errors import ConfigError, missing_dependency
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,8 +27,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(args.func(args) or 0)
-    except (ConfigError, TypeError, ImportError) as exc:
+        try:
+            return int(args.func(args) or 0)
+        except ModuleNotFoundError as exc:  # an optional package: say which extra installs it
+            error = missing_dependency(exc)
+            if error is None:
+                raise
+            raise error from None
+    except ConfigError as exc:  # a user mistake: one line; anything else is a bug and keeps its traceback
         print(f"rlaccel {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
@@ -57,9 +63,10 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                                               "logs to TensorBoard, evaluates periodically, saves the model.")
     _add_run_arguments(train)
     train.add_argument("--framework", choices=["sb3", "tianshou"], default="sb3")
-    train.add_argument("--algo", default="dqn", help="dqn, qrdqn, sac, td3, ddpg, ppo, a2c (SB3); dqn, ppo (Tianshou)")
+    train.add_argument("--algo", default="dqn", help="dqn, qrdqn, sac, td3, ddpg, ppo, a2c (SB3); dqn (Tianshou)")
     train.add_argument("--env", default="CartPole-v1", help="gymnasium / envpool task id")
-    train.add_argument("--preset", default="classic_control", help="rlaccel preset (see `rlaccel presets`)")
+    train.add_argument("--preset", default=None,
+                       help="rlaccel preset (see `rlaccel presets`; default classic_control; not with --stock)")
     train.add_argument("--stock", action="store_true", help="the framework's own settings, no rlaccel")
     train.add_argument("--logdir", default=None, help="where logs, model and config go (default runs/<task>-<time>)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -200,11 +207,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         spec = TrainSpec.load(Path(logdir) / "spec.json", logdir=logdir, resume=True, wandb=args.wandb or None,
                               progress=False if args.no_progress else None)
     else:
+        if args.stock and args.preset is not None:
+            raise ConfigError(f"--preset must not be given with --stock (a stock run uses the framework's own "
+                              f"settings, no preset), got --preset={args.preset!r}. Drop one of the two.")
         overrides = _parse_overrides(args.overrides)
         ray = _ray_settings(args)
         if ray is not None and args.envs_per_actor is not None:
             overrides["parallel_envs"] = args.envs_per_actor
-        config = load_config(preset=args.preset, **overrides)
+        config = load_config(preset=args.preset or "classic_control", **overrides)
         logdir = args.logdir or f"runs/{args.framework}-{args.algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
         spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config,
                          steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, eval_freq=args.eval_freq,

@@ -54,16 +54,27 @@ def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any)
                               f"preset={preset!r} with src=AccelConfig(preset={src.preset!r}). Pass one of the two.")
         return src.merged(overrides)
     file_values: dict[str, Any] = {}
+    path = None  # the file the values come from, named in their errors
     if isinstance(src, Mapping):
         file_values = dict(src)
-    elif src is not None:
-        file_values = read_config_file(src)
-    elif os.environ.get("RLACCEL_CONFIG"):
-        file_values = read_config_file(os.environ["RLACCEL_CONFIG"])
     else:
-        project = find_project_config()
-        if project is not None:
-            file_values = read_config_file(project)
+        if src is not None:
+            path = source = str(src)
+        elif os.environ.get("RLACCEL_CONFIG"):
+            source = os.environ["RLACCEL_CONFIG"]
+            path = f"{source} (RLACCEL_CONFIG)"
+        else:
+            source = find_project_config()
+            path = f"{source} [tool.rlaccel]" if source is not None else None
+        if path is not None:
+            file_values = read_config_file(source)
     name = preset or os.environ.get("RLACCEL_PRESET") or file_values.pop("preset", None) or "default"
     file_values.pop("preset", None)
-    return get_preset(name).merged(file_values).merged(overrides)
+    base = get_preset(name)
+    try:
+        from_file = base.merged(file_values)
+    except ConfigError as exc:
+        if path is None:
+            raise
+        raise ConfigError(f"{exc} (in the config file {path})") from None
+    return from_file.merged(overrides)

@@ -14,7 +14,7 @@ from typing import Any
 import pluggy
 
 from rlaccel_plugins import hookspecs
-from rlaccel_plugins.errors import did_you_mean
+from rlaccel_plugins.errors import ConfigError, did_you_mean
 from rlaccel_plugins.presets import PresetRegistry
 
 logger = logging.getLogger("rlaccel")
@@ -56,11 +56,12 @@ class AdapterSpec:
     def load(self, entry: str = "accelerate") -> Callable[..., Any]:
         """Import the adapter function named by ``entry`` (``"accelerate"``, ``"train"`` or ``"export"``)."""
         if not self.available:
-            raise ImportError(f"the {self.name!r} adapter is not available: {self.unavailable_reason}. "
+            raise ConfigError(f"framework {self.name!r} must be installed to use it, got {self.unavailable_reason}. "
                               f"{self.install_hint}".rstrip())
         target = getattr(self, entry)
         if target is None:
-            raise ImportError(f"the {self.name!r} adapter has no {entry!r} entry.")
+            raise ConfigError(f"framework {self.name!r} must support {entry!r}, got an adapter without it. "
+                              "Use another framework for this command.")
         module, _, attr = target.partition(":")
         return getattr(importlib.import_module(module), attr)
 

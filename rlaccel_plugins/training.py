@@ -45,9 +45,24 @@ class TrainSpec:
     resume: bool = False              # continue from the newest valid checkpoint in ``logdir``
     ray: dict[str, Any] | None = None  # Ray scale-out: address, actors, chunk_steps (ray_actors.ray_settings)
     stop: Any = field(default=None, repr=False, compare=False)  # set by run_training: a StopSignal
+    resume_from: Any = field(default=None, repr=False, compare=False)  # set by run_training: the Checkpoint
 
     SAVED = ("framework", "algo", "env_id", "steps", "seed", "stock", "eval_freq", "eval_episodes", "stop_at",
              "hyperparams", "async_mode", "ray")
+
+    def __post_init__(self) -> None:
+        from rlaccel_plugins.errors import invalid
+
+        for name, flag in (("steps", "--steps"), ("eval_freq", "--eval-freq"), ("eval_episodes", "eval_episodes")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise invalid(flag, "be a positive integer", value)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise invalid("--seed", "be an integer >= 0 (the frameworks seed numpy, which takes no negatives)",
+                          self.seed)
+        if self.logdir is not None and Path(self.logdir).exists() and not Path(self.logdir).is_dir():
+            raise invalid("--logdir", "be a directory or a path that does not exist yet", str(self.logdir),
+                          "It names an existing file: pick another path.")
 
     def save(self, path: str | Path) -> None:
         """Write what ``rlaccel train --resume`` needs to rebuild this spec (``spec.json``)."""
@@ -239,7 +254,8 @@ def run_training(spec: TrainSpec) -> TrainResult:
     if spec.resume:  # fail before building anything when there is nothing to resume from
         from rlaccel_plugins.checkpoint import CheckpointStore
 
-        CheckpointStore(Path(spec.logdir) / "checkpoints").require_latest()
+        # verified once (its checksums read every file) and handed to the adapter
+        spec.resume_from = CheckpointStore(Path(spec.logdir) / "checkpoints").require_latest()
     adapter = get_plugin_manager().adapters.get(spec.framework)
     _set_threads(spec.config)
     if spec.logdir and not spec.resume:

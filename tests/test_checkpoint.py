@@ -121,3 +121,23 @@ def test_sigkill_at_random_moments_then_resume_finishes_with_bit_exact_buffers(t
     resumed_from.append(json.loads((tmp_path / "resumed.json").read_text()))
     for resumed in resumed_from:  # the buffer each resumed run loaded is the checkpoint's, bit for bit
         assert resumed["buffer_sha256"] == _digest(Path(resumed["checkpoint"]) / "replay.pkl")
+
+
+@pytest.mark.needs("stable_baselines3")
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_resuming_past_a_damaged_checkpoint_verifies_and_reports_it_once(tmp_path, caplog):
+    from rlaccel_plugins.cli import main
+
+    args = ["train", "--steps", "1200", "--eval-freq", "600", "--no-progress", "--logdir", str(tmp_path),
+            "--set", "every_steps=400"]
+    assert main(args) == 0
+    newest, older = CheckpointStore(tmp_path / "checkpoints").valid()[:2]
+    (newest.path / "model.zip").write_bytes(b"bit rot")
+    spec = json.loads((tmp_path / "spec.json").read_text())
+    spec["steps"] = 1600
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    with caplog.at_level("WARNING", logger="rlaccel"):
+        assert main(["train", "--resume", str(tmp_path), "--no-progress"]) == 0
+    skips = [r.getMessage() for r in caplog.records if "skipping checkpoint" in r.getMessage()]
+    assert len(skips) == 1 and newest.path.name in skips[0]  # checked once, not once per reader
+    assert json.loads((tmp_path / "resumed.json").read_text())["env_steps"] == older.step

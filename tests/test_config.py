@@ -192,3 +192,16 @@ def test_every_config_field_is_read_outside_config_py():
     unread = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
               if f.name not in read]
     assert unread == []
+
+
+def test_a_typo_in_a_config_file_names_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "accel.yaml"
+    path.write_text("training:\n  bacth_size: 3\n")
+    monkeypatch.setenv("RLACCEL_CONFIG", str(path))
+    with pytest.raises(ConfigError, match=rf"bacth_size.*in the config file {path} \(RLACCEL_CONFIG\)"):
+        rla.load_config()
+    monkeypatch.delenv("RLACCEL_CONFIG")
+    (tmp_path / "pyproject.toml").write_text("[tool.rlaccel.training]\nbacth_size = 3\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"in the config file .*pyproject.toml \[tool.rlaccel\]"):
+        rla.load_config()

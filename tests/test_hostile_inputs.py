@@ -96,3 +96,52 @@ def test_fuzzed_add_and_sample_raise_only_documented_errors(adds, batch):
     assert len(sample.indices) == batch
     for value in sample.data.values():
         assert not (value.dtype.kind == "f" and not np.isfinite(value).all())  # nothing non-finite got in
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--steps", "-5"], "--steps must be a positive integer, got --steps=-5"),
+    (["--steps", "0"], "--steps must be a positive integer, got --steps=0"),
+    (["--eval-freq", "0"], "--eval-freq must be a positive integer, got --eval-freq=0"),
+    (["--eval-freq", "-1"], "--eval-freq must be a positive integer"),
+    (["--seed", "-1"], "--seed must be an integer >= 0"),
+    (["--stock", "--preset", "atari"], "--preset must not be given with --stock"),
+    (["--framework", "tianshou", "--algo", "ppo"], "algo must be 'dqn' for --framework tianshou"),
+])
+def test_command_line_mistakes_are_one_line_errors(args, fragment, tmp_path, capsys):
+    code = main(["train", "--logdir", str(tmp_path / "run"), "--no-progress", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and fragment in err and "Traceback" not in err
+
+
+def test_a_logdir_that_is_a_file_is_refused(tmp_path, capsys):
+    (tmp_path / "taken").write_text("mine")
+    assert main(["train", "--logdir", str(tmp_path / "taken"), "--no-progress"]) == 2
+    assert "--logdir must be a directory or a path that does not exist yet" in capsys.readouterr().err
+    assert (tmp_path / "taken").read_text() == "mine"
+
+
+@pytest.mark.needs("stable_baselines3")
+@pytest.mark.parametrize("algo, env, kind", [("dqn", "Pendulum-v1", "continuous"), ("sac", "CartPole-v1", "discrete")])
+def test_an_algorithm_that_does_not_fit_the_action_space_is_refused_before_building(algo, env, kind, tmp_path,
+                                                                                     capsys):
+    assert main(["train", "--algo", algo, "--env", env, "--logdir", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"algo must fit the {kind} actions of {env}" in err and not (tmp_path / "result.json").exists()
+
+
+def test_a_bug_keeps_its_traceback_and_a_missing_extra_names_it(monkeypatch, capsys):
+    from rlaccel_plugins import training
+
+    def broken(spec):
+        raise TypeError("a bug deep in training")
+
+    monkeypatch.setattr(training, "run_training", broken)
+    with pytest.raises(TypeError, match="a bug deep in training"):  # not dressed up as a user mistake
+        main(["train", "--no-progress"])
+
+    def needs_envpool(spec):
+        raise ModuleNotFoundError("No module named 'envpool'", name="envpool")
+
+    monkeypatch.setattr(training, "run_training", needs_envpool)
+    assert main(["train", "--no-progress"]) == 2
+    assert 'pip install "rlaccel-plugins[envpool]"' in capsys.readouterr().err

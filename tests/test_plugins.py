@@ -99,7 +99,7 @@ def test_rlaccel_register_adapters(fake_entry_point):
     assert adapters["toy"].available
     assert not adapters["ghost"].available
     assert "no_such_framework_xyz is not installed" in adapters["ghost"].unavailable_reason
-    with pytest.raises(ImportError, match="pip install ghost"):
+    with pytest.raises(rla.ConfigError, match="pip install ghost"):
         adapters["ghost"].load("accelerate")
 
 

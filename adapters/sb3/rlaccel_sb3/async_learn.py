@@ -23,6 +23,7 @@ from gymnasium import spaces
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
+from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.parallel.async_collect import AsyncCollector
 from rlaccel_plugins.parallel.ray_actors import cpu_weights
 
@@ -50,7 +51,7 @@ def learn_async(model: OffPolicyAlgorithm, total_timesteps: int, callback: Any =
         500
     """
     if not isinstance(model, OffPolicyAlgorithm):
-        raise TypeError(f"model must be an off-policy SB3 algorithm, got {type(model).__name__}.")
+        raise ConfigError(f"model must be an off-policy SB3 algorithm, got {type(model).__name__}.")
     if unwrap_vec_normalize(model.env) is not None:
         raise ValueError("async collection does not support VecNormalize yet, got a VecNormalize env. "
                          "Train synchronously (model.learn) with VecNormalize.")

@@ -32,7 +32,7 @@ class Checkpoints:
 
     def resume(self, cls, env):
         """Load the newest valid checkpoint into a new model; returns (model, checkpoint)."""
-        checkpoint = self.store.require_latest()
+        checkpoint = self.spec.resume_from or self.store.require_latest()
         model = cls.load(checkpoint.path / "model.zip", env=env, device="cpu")
         if (checkpoint.path / "replay.pkl").exists():
             model.load_replay_buffer(checkpoint.path / "replay.pkl")

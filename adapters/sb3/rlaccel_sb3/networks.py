@@ -11,6 +11,8 @@ from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.preprocessing import get_action_dim
 
+from rlaccel_plugins.errors import ConfigError
+
 
 @dataclass
 class TrainedNetwork:
@@ -50,7 +52,7 @@ def trained_networks(model: BaseAlgorithm, batch: int = 8) -> list[TrainedNetwor
                 TrainedNetwork("critic", critic, critic.optimizer, (obs, actions))]
     if hasattr(policy, "optimizer"):
         return [TrainedNetwork("policy", policy, policy.optimizer, args)]
-    raise TypeError(f"model must train its policy with torch optimizers, got {type(model).__name__} whose policy "
+    raise ConfigError(f"model must train its policy with torch optimizers, got {type(model).__name__} whose policy "
                     f"{type(policy).__name__} has none. Use the tiered buffer without the sparse/dense callback.")
 
 

@@ -82,7 +82,7 @@ def learn_ray(model: OffPolicyAlgorithm, total_timesteps: int, env_id: str, *, a
     logged as ``rlaccel/ray/*``).
     """
     if not isinstance(model, OffPolicyAlgorithm):
-        raise TypeError(f"model must be an off-policy SB3 algorithm, got {type(model).__name__}. "
+        raise ConfigError(f"model must be an off-policy SB3 algorithm, got {type(model).__name__}. "
                         "On-policy algorithms (PPO, A2C) learn from fresh rollouts only: train them without --ray.")
     if unwrap_vec_normalize(model.env) is not None:
         raise ConfigError("Ray collection does not support VecNormalize, got a VecNormalize env. "

@@ -18,6 +18,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from sb3_contrib import QRDQN
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
@@ -25,6 +26,7 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from rlaccel_plugins.cadence import EnvStepCadence
+from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.parallel.atari import is_atari
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, update_cadence
@@ -78,7 +80,7 @@ def zoo_settings(algo: str, env_id: str) -> dict[str, Any]:
 def build(spec: TrainSpec):
     """The model and its extra callbacks for ``spec``."""
     if spec.algo not in ALGOS:
-        raise TypeError(f"algo must be one of {sorted(ALGOS)}, got algo={spec.algo!r}.")
+        raise ConfigError(f"algo must be one of {sorted(ALGOS)}, got algo={spec.algo!r}.")
     cls = ALGOS[spec.algo]
     kwargs = zoo_settings(spec.algo, spec.env_id)
     zoo_steps = kwargs.pop("n_timesteps", spec.steps)
@@ -171,6 +173,38 @@ def replay_bytes_per_transition(model) -> float | None:
     return bytes_per_transition(arrays, buffer.buffer_size * buffer.n_envs)
 
 
+DISCRETE_ONLY, CONTINUOUS_ONLY = {"dqn", "qrdqn"}, {"sac", "td3", "ddpg"}
+
+
+def check_algo_fits(algo: str, env_id: str) -> None:
+    """Refuse an algorithm that cannot act in the task's action space, before anything is built."""
+    if algo not in ALGOS:
+        raise ConfigError(f"algo must be one of {sorted(ALGOS)}, got algo={algo!r}.")
+    if algo not in DISCRETE_ONLY | CONTINUOUS_ONLY:
+        return
+    space = action_space_of(env_id)
+    discrete = isinstance(space, gym.spaces.Discrete)
+    if discrete != (algo in DISCRETE_ONLY):
+        kind, fits = ("discrete", "dqn, qrdqn, ppo, a2c") if discrete else ("continuous", "sac, td3, ddpg, ppo, a2c")
+        raise ConfigError(f"algo must fit the {kind} actions of {env_id} ({space}), got algo={algo!r}. "
+                          f"Use one of: {fits}.")
+
+
+def action_space_of(env_id: str):
+    """The action space of ``env_id`` without building a training env."""
+    if is_atari(env_id):
+        return gym.spaces.Discrete(18)  # every Atari game's actions are discrete
+    if env_id in gym.registry:
+        env = gym.make(env_id)
+        try:
+            return env.action_space
+        finally:
+            env.close()
+    import envpool
+
+    return envpool.make_spec(env_id).gymnasium_action_space
+
+
 class Sb3Training:
     """One ``rlaccel train`` run with SB3 (the core template's :class:`TrainingRun`): the model is built
     from the spec, ``learn`` trains it in sync, async or Ray mode, ``save`` writes ``model.zip``.
@@ -181,6 +215,7 @@ class Sb3Training:
 
     def __init__(self, spec: TrainSpec) -> None:
         self.spec = spec
+        check_algo_fits(spec.algo, spec.env_id)
         self.model, self.callbacks = build(spec)
         self.sparse = next((c for c in self.callbacks if isinstance(c, SparseDenseCallback)), None)
 

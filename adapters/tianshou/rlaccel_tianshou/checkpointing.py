@@ -39,7 +39,7 @@ class Checkpoints:
 
     def resume(self) -> tuple[Any, dict[str, Any]]:
         """Load the newest valid checkpoint: returns (buffer, saved state); restores weights, clock and RNG."""
-        checkpoint = self.store.require_latest()
+        checkpoint = self.spec.resume_from or self.store.require_latest()
         self.algorithm.load_state_dict(torch.load(checkpoint.path / "algorithm.pt", weights_only=False))
         with open(checkpoint.path / "replay.pkl", "rb") as f:
             buffer = pickle.load(f)

@@ -25,6 +25,7 @@ from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
 
 from rlaccel_plugins.cadence import EnvStepCadence
+from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition
@@ -43,7 +44,7 @@ class TianshouTraining:
 
     def __init__(self, spec: TrainSpec) -> None:
         if spec.algo != "dqn":
-            raise TypeError(f"algo must be 'dqn' for --framework tianshou, got algo={spec.algo!r}. "
+            raise ConfigError(f"algo must be 'dqn' for --framework tianshou, got algo={spec.algo!r}. "
                             "Use --framework sb3 for the other algorithms.")
         self.spec = spec
         torch.manual_seed(spec.seed)

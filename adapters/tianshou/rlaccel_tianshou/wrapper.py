@@ -28,6 +28,7 @@ from tianshou.algorithm.algorithm_base import (
 )
 
 from rlaccel_plugins.config import AccelConfig
+from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
@@ -195,7 +196,7 @@ def wrap(algorithm: Any, **kwargs: Any):
         return SparseDenseOnPolicyWrapper(algorithm, **kwargs)
     if isinstance(algorithm, OffPolicyAlgorithm):
         return SparseDenseWrapper(algorithm, **kwargs)
-    raise TypeError(f"algorithm must be a Tianshou on- or off-policy algorithm, got {type(algorithm).__name__}. "
+    raise ConfigError(f"algorithm must be a Tianshou on- or off-policy algorithm, got {type(algorithm).__name__}. "
                     "Offline algorithms are not supported.")
 
 
