@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,10 @@ class CheckpointStore:
         """The newest usable checkpoint, or None when there is none."""
         return next(iter(self.valid()), None)
 
+    def has_any(self) -> bool:
+        """Whether any checkpoint (usable or not) was ever written here."""
+        return bool(self._candidates())
+
     def require_latest(self) -> Checkpoint:
         """:meth:`latest`, or a ConfigError that says what was found."""
         checkpoint = self.latest()
@@ -135,8 +140,8 @@ class CheckpointStore:
             found = [c.path.name for c in self._candidates()]
             detail = f"only damaged ones: {found}" if found else "none at all"
             raise ConfigError(f"--resume needs a checkpoint under {self.root}, found {detail}. "
-                              "Fix: point --resume at the --logdir of a run that had checkpoint.every_steps > 0 "
-                              "or was stopped by SIGTERM/SIGINT.")
+                              "Fix: point --resume at the --logdir of an `rlaccel train` run (it checkpoints every "
+                              "checkpoint.every_seconds, every checkpoint.every_steps, and on SIGTERM/SIGINT).")
         return checkpoint
 
     def _prune(self) -> None:
@@ -148,8 +153,9 @@ class CheckpointStore:
 
 
 class CheckpointSchedule:
-    """When a training loop should checkpoint: every ``every`` env steps (0: never), and at once when
-    ``stop`` (a :class:`StopSignal`, or None) has received a signal — after which the loop stops.
+    """When a training loop should checkpoint: every ``every`` env steps and every ``every_seconds`` of
+    wall time since the last checkpoint (0 turns either off), and at once when ``stop`` (a
+    :class:`StopSignal`, or None) has received a signal — after which the loop stops.
 
     Examples:
         >>> schedule = CheckpointSchedule(every=100)
@@ -158,20 +164,37 @@ class CheckpointSchedule:
         [None, 'periodic', None, 'periodic']
     """
 
-    def __init__(self, every: int, stop: StopSignal | None = None) -> None:
-        self.every, self.stop = every, stop
+    def __init__(self, every: int, stop: StopSignal | None = None, every_seconds: float = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.every, self.stop, self.every_seconds, self.clock = every, stop, every_seconds, clock
         self._cadence = EnvStepCadence(0)
+        self._last = clock()
 
     def start(self, env_steps: int) -> None:
-        """Begin (or resume) at ``env_steps``: the next periodic checkpoint is the next multiple of ``every``."""
+        """Begin (or resume) at ``env_steps``: the next periodic checkpoint is the next multiple of
+        ``every``, the next timed one ``every_seconds`` from now."""
         self._cadence = EnvStepCadence(self.every)
         self._cadence.start(env_steps)
+        self._last = self.clock()
 
     def due(self, env_steps: int) -> str | None:
-        """``"signal"``, ``"periodic"`` or None; a periodic answer moves the next one on."""
+        """``"signal"``, ``"periodic"``, ``"timed"`` or None; an answer restarts the timer."""
         if self.stop is not None and self.stop.received is not None:
             return "signal"
-        return "periodic" if self._cadence.due(env_steps) else None
+        if self._cadence.due(env_steps):
+            reason = "periodic"
+        elif self.every_seconds and self.clock() - self._last >= self.every_seconds:
+            reason = "timed"
+        else:
+            return None
+        self._last = self.clock()
+        return reason
+
+
+def schedule_for(spec) -> CheckpointSchedule:
+    """The checkpoint schedule of a ``TrainSpec``: its ``checkpoint`` config and its stop signal."""
+    checkpoint = spec.config.checkpoint
+    return CheckpointSchedule(checkpoint.every_steps, spec.stop, checkpoint.every_seconds)
 
 
 def store_for(spec) -> CheckpointStore:

@@ -196,14 +196,17 @@ class MonitoringConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """``checkpoint:`` — crash-safe checkpoints (SEED.md §6). ``every_steps: 0`` turns them off."""
+    """``checkpoint:`` — crash-safe checkpoints (SEED.md §6): every ``every_steps`` env steps and every
+    ``every_seconds`` of wall time (0 turns either off), and on SIGTERM/SIGINT."""
 
     every_steps: int = 0
+    every_seconds: int = 300
     keep: int = 3
     on_signal: bool = True
 
     def __post_init__(self) -> None:
         _int("every_steps", self.every_steps, minimum=0)
+        _int("every_seconds", self.every_seconds, minimum=0)
         _int("keep", self.keep, minimum=1)
         _bool("on_signal", self.on_signal)
 

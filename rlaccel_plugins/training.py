@@ -251,11 +251,8 @@ def run_training(spec: TrainSpec) -> TrainResult:
         from rlaccel_plugins.parallel.ray_actors import require_ray
 
         require_ray()  # fail before building anything, saying how to install it
-    if spec.resume:  # fail before building anything when there is nothing to resume from
-        from rlaccel_plugins.checkpoint import CheckpointStore
-
-        # verified once (its checksums read every file) and handed to the adapter
-        spec.resume_from = CheckpointStore(Path(spec.logdir) / "checkpoints").require_latest()
+    if spec.resume:
+        _find_resume_point(spec)
     adapter = get_plugin_manager().adapters.get(spec.framework)
     _set_threads(spec.config)
     if spec.logdir and not spec.resume:
@@ -278,6 +275,23 @@ def run_training(spec: TrainSpec) -> TrainResult:
         Path(spec.logdir).mkdir(parents=True, exist_ok=True)
         result.save(Path(spec.logdir) / "result.json")
     return result
+
+
+def _find_resume_point(spec: TrainSpec) -> None:
+    """The checkpoint ``--resume`` continues from, verified once (its checksums read every file) and
+    handed to the adapter. A run killed before its first checkpoint starts over; one whose
+    checkpoints are all damaged fails here, before anything is built."""
+    import logging
+
+    from rlaccel_plugins.checkpoint import CheckpointStore
+
+    store = CheckpointStore(Path(spec.logdir) / "checkpoints")
+    if not store.has_any():
+        logging.getLogger("rlaccel").warning("rlaccel: %s has no checkpoint yet (the run stopped before its first "
+                                             "one): starting it over", spec.logdir)
+        spec.resume = False
+        return
+    spec.resume_from = store.require_latest()
 
 
 def _set_threads(config: AccelConfig) -> None:

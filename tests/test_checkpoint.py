@@ -141,3 +141,39 @@ def test_resuming_past_a_damaged_checkpoint_verifies_and_reports_it_once(tmp_pat
     skips = [r.getMessage() for r in caplog.records if "skipping checkpoint" in r.getMessage()]
     assert len(skips) == 1 and newest.path.name in skips[0]  # checked once, not once per reader
     assert json.loads((tmp_path / "resumed.json").read_text())["env_steps"] == older.step
+
+
+@pytest.mark.needs("stable_baselines3")
+def test_a_sigkilled_run_resumes_from_its_last_timed_checkpoint(tmp_path):
+    # checkpoints by wall time only (no every_steps), as every run with a logdir has by default
+    cmd = [sys.executable, "-m", "rlaccel_plugins.cli", "train", "--no-progress", "--steps", "200000",
+           "--eval-freq", "200000", "--logdir", str(tmp_path), "--set", "every_seconds=2"]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    store = CheckpointStore(tmp_path / "checkpoints")
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None and len(store.valid()) < 2:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)  # no handler runs: only the timed checkpoints are there
+    process.communicate(timeout=60)
+    latest = store.latest()
+    assert latest is not None and latest.step > 0
+    spec = json.loads((tmp_path / "spec.json").read_text())
+    spec["steps"] = latest.step + 500
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    resumed = _train(tmp_path, "--resume", str(tmp_path))
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out[-3000:]
+    assert json.loads((tmp_path / "resumed.json").read_text())["env_steps"] == latest.step
+
+
+@pytest.mark.needs("stable_baselines3")
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_a_run_killed_before_its_first_checkpoint_starts_over_on_resume(tmp_path, caplog):
+    from rlaccel_plugins.cli import main
+
+    (tmp_path / "spec.json").write_text(json.dumps({"framework": "sb3", "algo": "dqn", "env_id": "CartPole-v1",
+                                                    "steps": 400, "eval_freq": 200, "config": {}}))
+    with caplog.at_level("WARNING", logger="rlaccel"):
+        assert main(["train", "--resume", str(tmp_path), "--no-progress"]) == 0
+    assert "has no checkpoint yet" in caplog.text
+    assert json.loads((tmp_path / "result.json").read_text())["env_steps"] >= 400

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlaccel_plugins.checkpoint import Checkpoint, CheckpointSchedule, note_resume, restore_rng, rng_state, store_for
+from rlaccel_plugins.checkpoint import Checkpoint, note_resume, restore_rng, rng_state, schedule_for, store_for
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
@@ -24,7 +24,7 @@ class Checkpoints:
     def __init__(self, spec: TrainSpec, clock: EvalClock, sparse: Any = None) -> None:
         self.spec, self.clock, self.sparse = spec, clock, sparse
         self.store = store_for(spec) if spec.logdir else None
-        self.schedule = CheckpointSchedule(spec.config.checkpoint.every_steps, spec.stop)
+        self.schedule = schedule_for(spec)
         self.last: Checkpoint | None = None
 
     def start(self, env_steps: int) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from rlaccel_plugins.checkpoint import Checkpoint, CheckpointSchedule, note_resume, restore_rng, rng_state, store_for
+from rlaccel_plugins.checkpoint import Checkpoint, note_resume, restore_rng, rng_state, schedule_for, store_for
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
@@ -29,7 +29,7 @@ class Checkpoints:
     def __init__(self, spec: TrainSpec, algorithm: Any, clock: EvalClock) -> None:
         self.spec, self.algorithm, self.clock = spec, algorithm, clock
         self.store = store_for(spec) if spec.logdir else None
-        self.schedule = CheckpointSchedule(spec.config.checkpoint.every_steps, spec.stop)
+        self.schedule = schedule_for(spec)
         self.buffer: Any = None
         self.last: Checkpoint | None = None
 
