@@ -217,3 +217,20 @@ def test_reset_empties_the_buffer_as_sb3_does():
     ours.reset()
     assert (stock.pos, stock.full, stock.size()) == (ours.pos, ours.full, ours.size()) == (0, False, 0)
     assert len(ours.engine) == 0
+
+
+def test_save_replay_buffer_writes_what_is_stored_and_loads_back_exactly(tmp_path):
+    # SB3's default 1,000,000-transition buffer holding 2,000 CartPole transitions
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=5_000, seed=0, replay_buffer_class=TieredReplayBuffer)
+    model.learn(2_000)
+    model.save_replay_buffer(tmp_path / "buffer.pkl")
+    size = (tmp_path / "buffer.pkl").stat().st_size
+    assert size < 1_000_000, size  # ~2,000 rows, not 1M (52 MB before: the whole preallocated ring)
+    loaded = DQN("MlpPolicy", "CartPole-v1", learning_starts=5_000, seed=0, replay_buffer_class=TieredReplayBuffer)
+    loaded.load_replay_buffer(tmp_path / "buffer.pkl")
+    ours, back = model.replay_buffer, loaded.replay_buffer
+    assert (back.pos, back.full, back.size()) == (ours.pos, ours.full, ours.size())
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        assert np.array_equal(getattr(back, name), getattr(ours, name)), name
+    a, b = ours.sample(256), back.sample(256)
+    assert all(torch.equal(x, y) for x, y in zip(a[:5], b[:5]))

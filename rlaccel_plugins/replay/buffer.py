@@ -263,6 +263,16 @@ class TieredReplay:
         """Age of physical rows (0 = the newest row)."""
         return (self.pos - 1 - np.asarray(rows)) % self.layout.total_rows
 
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with what is stored: until the ring wraps, only the rows (and frames) written so
+        far, so a 1M-transition buffer holding 2,000 transitions pickles as 2,000 rows."""
+        state = self.__dict__.copy()
+        if not self.full:
+            state["storage"] = self.storage.trimmed(self.pos) if self.storage is not None else None
+            state["frames"] = self.frames.trimmed(self.pos) if self.frames is not None else None
+        return state
+
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume bit-exactly (arrays are shared, not copied)."""

@@ -10,6 +10,8 @@ observation — episode starts, envs that pad stacks differently, resets — is 
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from rlaccel_plugins.errors import invalid
@@ -37,6 +39,27 @@ class RingStorage:
     def load_state_dict(self, state: dict) -> None:
         for name, array in self.arrays.items():
             array[...] = state[name]
+
+    def trimmed(self, rows: int) -> RingStorage:
+        """A shallow copy holding only the first ``rows`` rows, to pickle; unpickled, it is whole again
+        (the rest zero-filled, as a fresh buffer allocates it)."""
+        out = copy.copy(self)
+        out.arrays = {name: array[:rows] for name, array in self.arrays.items()}
+        out._full_rows = next(iter(self.arrays.values())).shape[0] if self.arrays else 0
+        return out
+
+    def __setstate__(self, state: dict) -> None:
+        full_rows = state.pop("_full_rows", None)
+        self.__dict__.update(state)
+        if full_rows is not None:
+            self.arrays = {name: _padded(array, full_rows) for name, array in self.arrays.items()}
+
+
+def _padded(array: np.ndarray, rows: int) -> np.ndarray:
+    """``array`` at the start of a zero-filled array of ``rows`` leading rows."""
+    out = np.zeros((rows, *array.shape[1:]), dtype=array.dtype)
+    out[: len(array)] = array
+    return out
 
 
 def _same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -143,6 +166,24 @@ class FrameStackStorage:
     def state_dict(self) -> dict:
         return {"frames": self.frames, "head": self.head, "obs_ids": self.obs_ids, "next_ids": self.next_ids,
                 "last_next": self.last_next, "last_next_ids": self.last_next_ids, "has_last": self.has_last}
+
+    def trimmed(self, rows: int) -> FrameStackStorage:
+        """A shallow copy holding only the first ``rows`` rows and the frames written so far, to
+        pickle (itself, when the frame ids have wrapped the pool); unpickled, it is whole again."""
+        if self.head > len(self.frames):
+            return self
+        out = copy.copy(self)
+        out.frames, out.obs_ids, out.next_ids = self.frames[: self.head], self.obs_ids[:rows], self.next_ids[:rows]
+        out._full = (len(self.frames), len(self.obs_ids))
+        return out
+
+    def __setstate__(self, state: dict) -> None:
+        full = state.pop("_full", None)
+        self.__dict__.update(state)
+        if full is not None:
+            pool, rows = full
+            self.frames = _padded(self.frames, pool)
+            self.obs_ids, self.next_ids = _padded(self.obs_ids, rows), _padded(self.next_ids, rows)
 
     def load_state_dict(self, state: dict) -> None:
         self.frames = np.array(state["frames"], dtype=self.dtype, copy=True)
