@@ -2,7 +2,6 @@
 an actor killed mid-run is restarted and training goes on, DQN learns CartPole with 2 actors."""
 
 import sys
-import threading
 import time
 
 import pytest
@@ -94,19 +93,17 @@ def test_sb3_dqn_keeps_training_when_an_actor_is_killed_and_loses_no_acknowledge
                 replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset="classic_control"))
     killed = []
 
-    def kill_actor_1_once_it_has_worked():  # from outside the learner, as a crash would
-        while model.num_timesteps < 96 and not killed:
-            time.sleep(0.05)
+    def kill_actor_1_once_it_has_worked(metrics):  # on_metrics runs in the learner's loop, as pool calls do
+        if killed or metrics["ray/steps"] < 96:
+            return
         names = [n for n in ray.util.list_named_actors() if n.startswith("rlaccel-rollout-") and n.endswith("-1")]
         actor = ray.get_actor(names[0])
         ray.get(actor.__ray_ready__.remote())  # up, and done with the requests sent before
         killed.append(names[0])
         ray.kill(actor, no_restart=False)
 
-    killer = threading.Thread(target=kill_actor_1_once_it_has_worked, daemon=True)
-    killer.start()
-    run = learn_ray(model, 3_000, "CartPole-v1", actors=2, chunk_steps=8)
-    killer.join(timeout=30)
+    run = learn_ray(model, 3_000, "CartPole-v1", actors=2, chunk_steps=8, on_metrics=kill_actor_1_once_it_has_worked,
+                    log_every=1)
     assert killed and run.metrics["ray/restarts"] == 1
     assert model.num_timesteps == run.stored_steps == 3_000    # every stored transition counted once
     assert run.received_steps >= run.stored_steps               # the rest arrived after the budget

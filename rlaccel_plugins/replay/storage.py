@@ -11,6 +11,7 @@ observation — episode starts, envs that pad stacks differently, resets — is 
 from __future__ import annotations
 
 import copy
+import sys
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class RingStorage:
 
     def __setstate__(self, state: dict) -> None:
         full_rows = state.pop("_full_rows", None)
-        self.__dict__.update(state)
+        self.__dict__.update({sys.intern(k): v for k, v in state.items()})  # as pickle's own setstate
         if full_rows is not None:
             self.arrays = {name: _padded(array, full_rows) for name, array in self.arrays.items()}
 
@@ -179,7 +180,7 @@ class FrameStackStorage:
 
     def __setstate__(self, state: dict) -> None:
         full = state.pop("_full", None)
-        self.__dict__.update(state)
+        self.__dict__.update({sys.intern(k): v for k, v in state.items()})  # as pickle's own setstate
         if full is not None:
             pool, rows = full
             self.frames = _padded(self.frames, pool)

@@ -17,6 +17,7 @@ model gives a reproducible run and every other random draw of the run is unchang
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
@@ -177,7 +178,7 @@ class TieredBufferMixin:
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("weights_applied_by", None)
         state.setdefault("_warned_unweighted", False)
-        self.__dict__.update(state)
+        self.__dict__.update({sys.intern(k): v for k, v in state.items()})  # as pickle's own setstate
 
     # ------------------------------------------------------------------ reading
     def sample(self, batch_size: int, env: VecNormalize | None = None):
