@@ -166,3 +166,50 @@ def test_tianshou_q_values_reach_the_loss_in_fp32_while_the_network_runs_in_bf16
         assert net(torch.ones(3, 4))[0].dtype == torch.bfloat16     # the matmuls run in bf16
         assert policy(batch).logits.dtype == torch.float32          # what the loss sees
     assert not policy._forward_hooks                                 # nothing left behind
+
+
+@pytest.mark.needs("stable_baselines3")
+def test_the_fp16_loss_scale_goes_on_across_learn_calls_and_checkpoints():
+    from rlaccel_sb3 import SparseDenseCallback
+    from stable_baselines3 import DQN
+
+    config = rla.load_config(preset="classic_control", dtype="fp16")
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=50, train_freq=4, batch_size=32, seed=0,
+                policy_kwargs=dict(net_arch=[16]))
+    callback = SparseDenseCallback(config=config)
+    model.learn(200, callback=callback)
+    state = callback.state_dict()  # what a checkpoint stores
+    steps = state["guard"]["stats"]["guarded_steps"]
+    assert steps > 0 and state["guard"]["loss_scale"]["scale"] > 0
+    state["guard"]["loss_scale"]["scale"] = 1024.0  # as if overflows had backed it off
+    resumed = SparseDenseCallback(config=config)
+    resumed.load_state_dict(state)
+    model.learn(100, callback=resumed, reset_num_timesteps=False)
+    after = resumed.state_dict()["guard"]
+    assert after["loss_scale"]["scale"] == 1024.0 and after["stats"]["guarded_steps"] > steps  # went on
+    model.learn(100, callback=resumed, reset_num_timesteps=False)  # and across learn() calls
+    assert resumed.state_dict()["guard"]["stats"]["guarded_steps"] > after["stats"]["guarded_steps"]
+    assert resumed.state_dict()["guard"]["loss_scale"]["scale"] == 1024.0
+
+
+@pytest.mark.needs("tianshou")
+def test_the_tianshou_wrapper_carries_the_fp16_loss_scale_in_its_state_dict():
+    import gymnasium as gym
+    from rlaccel_tianshou import SparseDenseWrapper, unwrap_state_dict
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+
+    def wrapper():
+        policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=[16]),
+                                         action_space=gym.spaces.Discrete(2))
+        return SparseDenseWrapper(DQN(policy=policy, optim=AdamOptimizerFactory()),
+                                  config=rla.load_config(preset="classic_control", dtype="fp16"))
+
+    first = wrapper()
+    first.guard.loss_scaler.scale = 512.0
+    second = wrapper()
+    second.load_state_dict(first.state_dict())
+    assert second.guard.loss_scaler.scale == 512.0
+    assert not any(k.startswith("_rlaccel") for k in unwrap_state_dict(first.state_dict()))

@@ -264,3 +264,13 @@ def test_a_q_network_under_the_updater_still_learns_cartpole():
         returns.append(total)
     assert upd.stats["dense_updates"] > 2 * upd.stats["full_updates"] > 0
     assert np.mean(returns) >= 100, returns  # a random policy scores ~20; this run ~146
+
+
+def test_with_every_update_full_dense_layers_do_not_apply():
+    # sparse/dense off (interval 1, classic_control's setting): a 2-layer net with dense_layers=[-3, -2, -1]
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    upd = rla.SparseDenseUpdater(sparse_update_interval=1, dense_layers=[-3, -2, -1])
+    att = upd.attach(net, opt, example_input=torch.zeros(2, 4))
+    assert att.frozen == [] and all(p.requires_grad for p in net.parameters())
+    upd.detach()

@@ -58,6 +58,16 @@ class GradientGuard:
             return None
         return cls(precision.max_grad_norm, precision.skip_nonfinite, precision.restore_last_good, scaler)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The counters and the fp16 loss scale, to go on with them (a later ``learn()``, a resumed run)."""
+        return {"stats": dict(self.stats),
+                "loss_scale": self.loss_scaler.state_dict() if self.loss_scaler is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stats.update(state.get("stats", {}))
+        if self.loss_scaler is not None and state.get("loss_scale") is not None:
+            self.loss_scaler.load_state_dict(state["loss_scale"])
+
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         if id(optimizer) in self._originals:
             return

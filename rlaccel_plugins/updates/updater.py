@@ -113,7 +113,10 @@ class SparseDenseUpdater:
             raise ConfigError(f"optimizer must own trainable parameters of {name}, got an optimizer that owns none "
                               f"of {sorted(named)[:6]}{'...' if len(named) > 6 else ''}. "
                               "Attach each network with its own optimizer.")
-        dense_names = select_dense_params(module, layer_map, self.dense_layers, module_name=name)
+        if self.schedule.interval > 1:
+            dense_names = select_dense_params(module, layer_map, self.dense_layers, module_name=name)
+        else:  # every update is full: nothing is ever frozen, so dense_layers do not apply
+            dense_names = set(trainable)
         frozen = [p for n, p in trainable.items() if n not in dense_names]
         dense = [p for n, p in trainable.items() if n in dense_names]
         if not frozen and self.schedule.interval > 1:  # interval 1: every update is full anyway

@@ -53,6 +53,7 @@ class SparseDenseCallback(BaseCallback):
         self.updater: SparseDenseUpdater | None = None
         self.weights: ImportanceWeightHook | None = None
         self._saved_state: dict | None = None
+        self._saved_guard: dict | None = None
         self._fps: FpsMeter | None = None
         self._final_stats: dict[str, float] = {}
         self.guard: GradientGuard | None = None
@@ -65,6 +66,8 @@ class SparseDenseCallback(BaseCallback):
         batch = getattr(self.model, "batch_size", None) or 8
         networks = trained_networks(self.model, batch=min(int(batch), 256))
         self.guard = GradientGuard.from_config(self.config, str(self.model.device))
+        if self.guard is not None and self._saved_guard is not None:  # the loss scale and counters go on
+            self.guard.load_state_dict(self._saved_guard)
         self._install_autocast()
         for net in networks if self.guard is not None else ():
             self.guard.attach(net.optimizer)
@@ -134,15 +137,19 @@ class SparseDenseCallback(BaseCallback):
         train_in_precision._rlaccel_autocast = True
         model.train = train_in_precision
 
-    def state_dict(self) -> dict | None:
-        """The schedule's state (phase and counters), to resume it in a new process."""
-        if self.updater is not None and self.updater.attachments:
-            return self.updater.state_dict()
-        return self._saved_state
+    def state_dict(self) -> dict:
+        """The schedule's state (phase and counters) and the gradient guard's (counters, fp16 loss
+        scale), to resume them in a new process."""
+        updater = self.updater.state_dict() if self.updater is not None and self.updater.attachments \
+            else self._saved_state
+        return {"updater": updater, "guard": self.guard.state_dict() if self.guard is not None else self._saved_guard}
 
     def load_state_dict(self, state: dict | None) -> None:
-        """Resume the schedule at the next ``learn()``."""
-        self._saved_state = state
+        """Resume the schedule and the guard at the next ``learn()``."""
+        if state is not None and not {"updater", "guard"} & state.keys():
+            state = {"updater": state}  # a checkpoint of an older rlaccel: the schedule's state only
+        self._saved_state = state.get("updater") if state else None
+        self._saved_guard = state.get("guard") if state else None
 
     def teardown(self) -> None:
         """Detach everything and restore every flag; safe to call any number of times."""
@@ -154,6 +161,7 @@ class SparseDenseCallback(BaseCallback):
             self.weights.remove()
             self.weights = None
         if self.guard is not None:
+            self._saved_guard = self.guard.state_dict()
             self.guard.detach()
         model = getattr(self, "model", None)  # unset until the callback is first initialised
         if model is not None and getattr(model.__dict__.get("train"), "_rlaccel_autocast", False):

@@ -36,6 +36,7 @@ from rlaccel_plugins.updates.guard import GradientGuard
 from rlaccel_plugins.updates.precision import update_autocast
 
 RLACCEL_STATE_KEY = "_rlaccel"
+RLACCEL_GUARD_KEY = "_rlaccel_guard"  # the gradient guard's counters and fp16 loss scale
 TRACE_BATCH = 8
 
 
@@ -50,7 +51,7 @@ class SparseDenseStats(TrainingStatsWrapper):
 
 def unwrap_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
     """A wrapper checkpoint as the unwrapped algorithm's ``state_dict`` (drops rlaccel's entry)."""
-    return {k: v for k, v in state_dict.items() if k != RLACCEL_STATE_KEY}
+    return {k: v for k, v in state_dict.items() if k not in (RLACCEL_STATE_KEY, RLACCEL_GUARD_KEY)}
 
 
 class _SparseDenseMixin:
@@ -100,17 +101,22 @@ class _SparseDenseMixin:
         state = self.wrapped_algorithm.state_dict(*args, **kwargs)
         if self.updater is not None:
             state[RLACCEL_STATE_KEY] = self.updater.state_dict()
+        if self.guard is not None:
+            state[RLACCEL_GUARD_KEY] = self.guard.state_dict()
         return state
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         state = dict(state_dict)
         rlaccel_state = state.pop(RLACCEL_STATE_KEY, None)
+        guard_state = state.pop(RLACCEL_GUARD_KEY, None)
         prefix = "wrapped_algorithm."
         if any(k.startswith(prefix) for k in state):  # a checkpoint of Tianshou's own wrapper style
             state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
         result = self.wrapped_algorithm.load_state_dict(state, strict=strict, assign=assign)
         if rlaccel_state is not None and self.updater is not None:
             self.updater.load_state_dict(rlaccel_state)
+        if guard_state is not None and self.guard is not None:
+            self.guard.load_state_dict(guard_state)
         return result
 
     def detach(self) -> None:
