@@ -283,9 +283,9 @@ def _find_resume_point(spec: TrainSpec) -> None:
     checkpoints are all damaged fails here, before anything is built."""
     import logging
 
-    from rlaccel_plugins.checkpoint import CheckpointStore
+    from rlaccel_plugins.checkpoint import store_for
 
-    store = CheckpointStore(Path(spec.logdir) / "checkpoints")
+    store = store_for(spec)
     if not store.has_any():
         logging.getLogger("rlaccel").warning("rlaccel: %s has no checkpoint yet (the run stopped before its first "
                                              "one): starting it over", spec.logdir)

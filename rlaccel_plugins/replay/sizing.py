@@ -84,14 +84,13 @@ def resolve_replay_config(capacity: int, num_envs: int = 1, preset: str | None =
     config = load_config(preset=preset, **given).replay_buffer
     if "level_capacity" in given:
         return config
-    return tiers_for_capacity(config, capacity, num_envs, named_preset=preset is not None
-                              or bool(os.environ.get("RLACCEL_PRESET")))
+    return tiers_for_capacity(config, capacity, num_envs, preset=preset)
 
 
 def tiers_for_capacity(replay: ReplayBufferConfig, capacity: int, num_envs: int = 1, *,
-                       named_preset: bool) -> ReplayBufferConfig:
-    """``replay``'s tiers in a buffer of ``capacity`` transitions: a named preset's are fitted
-    (:func:`fit_tiers`), the default proportions scaled (:func:`scale_tiers`)."""
-    if named_preset:
+                       preset: str | None = None) -> ReplayBufferConfig:
+    """``replay``'s tiers in a buffer of ``capacity`` transitions: a named preset's (``preset``, or
+    ``RLACCEL_PRESET``) are fitted (:func:`fit_tiers`), the default proportions scaled (:func:`scale_tiers`)."""
+    if preset is not None or os.environ.get("RLACCEL_PRESET"):
         return fit_tiers(replay, capacity, num_envs)
     return scale_tiers(replay, capacity, num_envs)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,8 +139,7 @@ def _tiered_copy(model: BaseAlgorithm, original: ReplayBuffer, config: AccelConf
     cls = TieredDictReplayBuffer if isinstance(original, DictReplayBuffer) else TieredReplayBuffer
     replay = config.replay_buffer
     if level_capacity is None:  # the model's capacity stays: the tiers are sized into it
-        replay = tiers_for_capacity(replay, model.buffer_size, model.n_envs,
-                                    named_preset=preset is not None or bool(os.environ.get("RLACCEL_PRESET")))
+        replay = tiers_for_capacity(replay, model.buffer_size, model.n_envs, preset=preset)
     n_step = dict(n_steps=original.n_steps, gamma=original.gamma) if isinstance(original, NStepReplayBuffer) else {}
     tiered = cls(model.buffer_size, model.observation_space, model.action_space, device=model.device,
                  n_envs=model.n_envs, optimize_memory_usage=original.optimize_memory_usage,

@@ -177,9 +177,8 @@ DISCRETE_ONLY, CONTINUOUS_ONLY = {"dqn", "qrdqn"}, {"sac", "td3", "ddpg"}
 
 
 def check_algo_fits(algo: str, env_id: str) -> None:
-    """Refuse an algorithm that cannot act in the task's action space, before anything is built."""
-    if algo not in ALGOS:
-        raise ConfigError(f"algo must be one of {sorted(ALGOS)}, got algo={algo!r}.")
+    """Refuse an algorithm that cannot act in the task's action space, before anything is built
+    (an unknown ``algo`` is refused by :func:`build`)."""
     if algo not in DISCRETE_ONLY | CONTINUOUS_ONLY:
         return
     space = action_space_of(env_id)

@@ -51,14 +51,14 @@ class TianshouTraining:
         np.random.seed(spec.seed)
         probe = gym.make(spec.env_id)
         self.obs_dim, self.n_actions = int(np.prod(probe.observation_space.shape)), int(probe.action_space.n)
-        training = spec.config.training
+        training, hardware = spec.config.training, resolve_auto(spec.config)
         if spec.stock:
             self.num_envs = NUM_ENVS
             self.hidden = [128] * 4
             self.eps, lr, gamma, target, self.batch, self.ups = 0.1, 1e-3, 0.9, 320, 64, 0.1
             self.buffer = VectorReplayBuffer(20_000, self.num_envs)
         else:
-            self.num_envs = resolve_auto(spec.config).parallel_envs
+            self.num_envs = hardware.parallel_envs
             self.hidden = [256, 256] if training.net_arch == "auto" else list(training.net_arch)
             self.batch = training.batch_size
             self.ups = 0.5 if training.replay_ratio == "auto" else training.replay_ratio / self.batch
@@ -67,8 +67,8 @@ class TianshouTraining:
             self.eps, lr, gamma, target = 1.0, training.learning_rate, 0.99, max(1, round(256 * self.ups))
             rb = spec.config.replay_buffer
             self.buffer = TieredVectorReplayBuffer(rb.capacity, self.num_envs, replay_config=rb, random_seed=spec.seed)
-        device = resolve_auto(spec.config).device  # training.device
-        net = Net(state_shape=self.obs_dim, action_shape=self.n_actions, hidden_sizes=self.hidden).to(device)
+        net = Net(state_shape=self.obs_dim, action_shape=self.n_actions, hidden_sizes=self.hidden)
+        net = net.to(hardware.device)  # training.device
         self.policy = DiscreteQLearningPolicy(model=net, action_space=probe.action_space, eps_training=self.eps,
                                               eps_inference=0.0)
         n_step = 3 if spec.stock or spec.config.replay_buffer.n_step == "auto" else spec.config.replay_buffer.n_step
