@@ -114,10 +114,13 @@ class CheckpointStore:
                 return f"{name} does not match its checksum"
         return None
 
-    def valid(self) -> list[Checkpoint]:
-        """Usable checkpoints, newest first (damaged ones are logged and skipped)."""
+    def valid(self, below: int | None = None) -> list[Checkpoint]:
+        """Usable checkpoints (of steps below ``below``, if given), newest first (damaged ones are logged
+        and skipped)."""
         out = []
         for checkpoint in self._candidates():
+            if below is not None and checkpoint.step >= below:
+                continue
             reason = self.problem(checkpoint)
             if reason is None:
                 out.append(checkpoint)
@@ -128,6 +131,10 @@ class CheckpointStore:
     def latest(self) -> Checkpoint | None:
         """The newest usable checkpoint, or None when there is none."""
         return next(iter(self.valid()), None)
+
+    def meta(self, checkpoint: Checkpoint) -> dict:
+        """The ``meta`` a checkpoint was saved with."""
+        return json.loads((checkpoint.path / MANIFEST).read_text()).get("meta", {})
 
     def has_any(self) -> bool:
         """Whether any checkpoint (usable or not) was ever written here."""
@@ -202,17 +209,85 @@ def store_for(spec) -> CheckpointStore:
     return CheckpointStore(Path(spec.logdir) / "checkpoints", keep=spec.config.checkpoint.keep)
 
 
-def note_resume(logdir: str | os.PathLike, checkpoint: Checkpoint, env_steps: int, buffer) -> None:
-    """Write ``<logdir>/resumed.json``: which checkpoint a run resumed from, and its buffer's digest."""
+def note_resume(logdir: str | os.PathLike, checkpoint: Checkpoint, env_steps: int, digests: dict[str, str]) -> None:
+    """Write ``<logdir>/resumed.json``: which checkpoint a run resumed from and the verified state digests."""
     (Path(logdir) / "resumed.json").write_text(json.dumps({
-        "checkpoint": str(checkpoint.path), "env_steps": env_steps, "buffer_sha256": buffer_digest(buffer)}))
+        "checkpoint": str(checkpoint.path), "env_steps": env_steps, "digests": digests}))
 
 
-def buffer_digest(buffer) -> str:
-    """SHA-256 of a replay buffer's pickled state (equal digests: bit-identical contents)."""
-    import pickle
+def state_digest(obj) -> str:
+    """SHA-256 of the arrays, tensors and plain values reachable from ``obj`` (through dicts, sequences
+    and objects' pickled state), each with its place, dtype and shape. Equal digests: bit-identical
+    contents. Other leaves (devices, spaces' RNGs, loggers) count by type only.
 
-    return hashlib.sha256(pickle.dumps(buffer, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+    Examples:
+        >>> import numpy as np
+        >>> a = {"obs": np.zeros(3), "pos": 2}
+        >>> state_digest(a) == state_digest({"obs": np.zeros(3), "pos": 2}), state_digest(a) == state_digest({"obs": np.ones(3), "pos": 2})
+        (True, False)
+    """
+    digest = hashlib.sha256()
+    _hash_into(digest, obj, "", {})
+    return digest.hexdigest()
+
+
+def _hash_into(digest, obj, place: str, seen: dict[int, object]) -> None:
+    import numpy as np
+
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        digest.update(f"{place}={obj!r};".encode())
+        return
+    if isinstance(obj, np.ndarray) and obj.dtype != object:
+        digest.update(f"{place}:{obj.dtype.str}{obj.shape};".encode())
+        digest.update(memoryview(np.ascontiguousarray(obj)).cast("B"))
+        return
+    if isinstance(obj, np.ndarray):  # of objects (Tianshou's per-env buffers): each element's state
+        obj = obj.tolist()
+    if isinstance(obj, np.generic):
+        digest.update(f"{place}={obj.dtype.str}:{obj!r};".encode())
+        return
+    if type(obj).__module__.startswith("torch") and hasattr(obj, "untyped_storage"):  # a tensor
+        flat = obj.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{place}:{obj.dtype}{tuple(obj.shape)};".encode())
+        digest.update(flat.view(__import__("torch").uint8).numpy().tobytes() if flat.numel() else b"")
+        return
+    if id(obj) in seen:
+        return
+    seen[id(obj)] = obj  # held, so that no temporary state's id is reused while walking
+    if isinstance(obj, dict):
+        for key in sorted(obj, key=repr):
+            _hash_into(digest, obj[key], f"{place}[{key!r}]", seen)
+    elif isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            _hash_into(digest, item, f"{place}[{i}]", seen)
+    else:
+        digest.update(f"{place}<{type(obj).__qualname__}>;".encode())
+        state = obj.__getstate__() if hasattr(obj, "__getstate__") else None
+        if isinstance(state, (dict, tuple, list)):
+            _hash_into(digest, state, place, seen)
+
+
+def load_verified(store: CheckpointStore, first: Checkpoint, load: Callable[[Checkpoint], object],
+                  digests: Callable[[object], dict[str, str]]):
+    """Load ``first`` and check the rebuilt state against the digests recorded when it was written
+    (``meta["digests"]`` of :meth:`CheckpointStore.save`); on a mismatch, warn and fall back to the next
+    older usable checkpoint, as for a damaged file. Returns ``(loaded, checkpoint, digests)``."""
+    for checkpoint in _first_then_older(store, first):
+        loaded = load(checkpoint)
+        recorded = store.meta(checkpoint).get("digests", {})  # checkpoints written before digests: trusted
+        actual = digests(loaded)
+        wrong = sorted(name for name, value in recorded.items() if actual.get(name) != value)
+        if not wrong:
+            return loaded, checkpoint, actual
+        log.warning("rlaccel: skipping checkpoint %s: the %s loaded from it differ from what was saved "
+                    "(digest mismatch)", checkpoint.path, " and ".join(wrong))
+    raise ConfigError(f"--resume found no checkpoint under {store.root} that loads back to the state it saved "
+                      "(see the warnings above). Fix: start the run over without --resume, or report it as a bug.")
+
+
+def _first_then_older(store: CheckpointStore, first: Checkpoint):
+    yield first
+    yield from store.valid(below=first.step)  # checksummed only when ``first`` does not load back
 
 
 def rng_state() -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlaccel_plugins.checkpoint import CheckpointStore
+from rlaccel_plugins.checkpoint import CheckpointStore, state_digest
 from rlaccel_plugins.errors import ConfigError
 
 
@@ -63,9 +63,13 @@ def _wait_for_training(process, logdir, timeout=60):
         time.sleep(0.05)
 
 
-def _digest(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(pickle.dumps(pickle.load(f), protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+def _buffer_digest(checkpoint_path):
+    with open(Path(checkpoint_path) / "replay.pkl", "rb") as f:
+        return state_digest(pickle.load(f))
+
+
+def _recorded(checkpoint_path):
+    return json.loads((Path(checkpoint_path) / "manifest.json").read_text())["meta"]["digests"]
 
 
 @pytest.mark.needs('stable_baselines3', 'tianshou')
@@ -90,7 +94,8 @@ def test_sigterm_writes_a_checkpoint_before_exit_and_resume_finishes(framework, 
     assert process.returncode == 0, out[-3000:]
     resumed = json.loads((tmp_path / "resumed.json").read_text())
     assert resumed["env_steps"] == latest.step
-    assert resumed["buffer_sha256"] == _digest(latest.path / "replay.pkl")
+    assert resumed["digests"] == _recorded(latest.path)  # the state rebuilt is the state saved
+    assert resumed["digests"]["buffer"] == _buffer_digest(latest.path)
     assert json.loads((tmp_path / "result.json").read_text())["env_steps"] >= latest.step + 1_000
 
 
@@ -120,7 +125,8 @@ def test_sigkill_at_random_moments_then_resume_finishes_with_bit_exact_buffers(t
     assert result["env_steps"] >= 6000
     resumed_from.append(json.loads((tmp_path / "resumed.json").read_text()))
     for resumed in resumed_from:  # the buffer each resumed run loaded is the checkpoint's, bit for bit
-        assert resumed["buffer_sha256"] == _digest(Path(resumed["checkpoint"]) / "replay.pkl")
+        assert resumed["digests"] == _recorded(resumed["checkpoint"])
+        assert resumed["digests"]["buffer"] == _buffer_digest(resumed["checkpoint"])
 
 
 @pytest.mark.needs("stable_baselines3")
@@ -141,6 +147,57 @@ def test_resuming_past_a_damaged_checkpoint_verifies_and_reports_it_once(tmp_pat
     skips = [r.getMessage() for r in caplog.records if "skipping checkpoint" in r.getMessage()]
     assert len(skips) == 1 and newest.path.name in skips[0]  # checked once, not once per reader
     assert json.loads((tmp_path / "resumed.json").read_text())["env_steps"] == older.step
+
+
+def _short_run_with_two_checkpoints(tmp_path, framework):
+    from rlaccel_plugins.cli import main
+
+    args = ["train", "--framework", framework, "--steps", "2000", "--eval-freq", "2000", "--no-progress",
+            "--logdir", str(tmp_path), "--set", "every_steps=400", "--set", "keep=10"]
+    assert main(args) == 0
+    spec = json.loads((tmp_path / "spec.json").read_text())
+    spec["steps"] = 2400
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    return CheckpointStore(tmp_path / "checkpoints").valid()[:2]
+
+
+@pytest.mark.needs("stable_baselines3", "tianshou")
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+@pytest.mark.parametrize("framework", ["sb3", "tianshou"])
+def test_a_checkpoint_whose_state_does_not_load_back_as_saved_falls_back_to_the_previous(framework, tmp_path, caplog):
+    from rlaccel_plugins.cli import main
+
+    newest, older = _short_run_with_two_checkpoints(tmp_path, framework)
+    # an intact file (its checksum fixed up) that rebuilds other state than was saved: another step's buffer
+    (newest.path / "replay.pkl").write_bytes((older.path / "replay.pkl").read_bytes())
+    manifest = json.loads((newest.path / "manifest.json").read_text())
+    manifest["files"]["replay.pkl"] = hashlib.sha256((newest.path / "replay.pkl").read_bytes()).hexdigest()
+    (newest.path / "manifest.json").write_text(json.dumps(manifest))
+    assert CheckpointStore(tmp_path / "checkpoints").problem(newest) is None
+    with caplog.at_level("WARNING", logger="rlaccel"):
+        assert main(["train", "--resume", str(tmp_path), "--no-progress"]) == 0
+    skips = [r.getMessage() for r in caplog.records if "skipping checkpoint" in r.getMessage()]
+    assert len(skips) == 1 and newest.path.name in skips[0] and "buffer" in skips[0], skips
+    resumed = json.loads((tmp_path / "resumed.json").read_text())
+    assert resumed["env_steps"] == older.step and resumed["digests"] == _recorded(older.path)
+
+
+@pytest.mark.needs("stable_baselines3")
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_a_loader_that_rebuilds_the_buffer_wrongly_is_caught_on_resume(tmp_path, monkeypatch, capsys):
+    from rlaccel_plugins.cli import main
+    from rlaccel_plugins.replay.storage import RingStorage
+
+    _short_run_with_two_checkpoints(tmp_path, "sb3")
+    unpickle = RingStorage.__setstate__
+
+    def off_by_one(self, state):  # a loader bug: one stored value comes back changed
+        unpickle(self, state)
+        next(iter(self.arrays.values()))[0] += 1
+
+    monkeypatch.setattr(RingStorage, "__setstate__", off_by_one)
+    assert main(["train", "--resume", str(tmp_path), "--no-progress"]) == 2
+    assert "no checkpoint under" in capsys.readouterr().err and not (tmp_path / "resumed.json").exists()
 
 
 @pytest.mark.needs("stable_baselines3")

@@ -123,6 +123,23 @@ def test_train_async_counts_every_step(framework, tmp_path):
     assert result["env_steps"] == 3000 and len(result["curve"]) == 3
 
 
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+@pytest.mark.parametrize("stock", [False, True])
+def test_tianshou_steps_is_a_cap_that_counts_the_warm_up(stock):
+    from rlaccel_tianshou.train import TianshouTraining
+
+    from rlaccel_plugins.config import AccelConfig
+    from rlaccel_plugins.training import EvalClock, TrainSpec
+
+    spec = TrainSpec(framework="tianshou", algo="dqn", env_id="CartPole-v1", config=AccelConfig(), steps=3000,
+                     eval_freq=2000, stock=stock, progress=False)  # 3000 is not a multiple of the epoch
+    training = TianshouTraining(spec)
+    with TrainingProgress(total=spec.steps, enabled=False) as progress:
+        learned = training.learn(progress, EvalClock())
+    assert 3000 <= learned.env_steps < 3000 + training.num_envs  # within one vector step (was 4,000 + warm-up)
+    assert len(training.buffer) == learned.env_steps  # what was counted is what was collected
+
+
 def test_the_callers_replay_config_reaches_the_buffers_rlaccel_builds(monkeypatch):
     # rlaccel's own buffers take the run's config; the ambient one (here RLACCEL_PRESET) is for
     # buffers SB3 or Tianshou build from a class name

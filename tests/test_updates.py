@@ -171,6 +171,14 @@ def test_state_dict_resumes_in_the_same_phase():
     assert resumed.stats["full_updates"] == 2 and resumed.stats["dense_updates"] == 8
 
 
+def test_a_state_loaded_before_attach_is_saved_again_as_loaded():
+    upd = rla.SparseDenseUpdater(sparse_update_interval=5, dense_layers=[-1])
+    state = {"sparse_update_interval": 5,
+             "attachments": [{"name": "q", "steps": 7, "full_updates": 2, "dense_updates": 5}]}
+    upd.load_state_dict(state)
+    assert upd.state_dict() == state  # a checkpoint written before the first update keeps the counters
+
+
 # ------------------------------------------------------------------ counters
 def test_flop_counters_measure_the_saving_on_a_nature_cnn():
     net = NatureQ()

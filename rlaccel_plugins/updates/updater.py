@@ -187,9 +187,10 @@ class SparseDenseUpdater:
 
     def state_dict(self) -> dict[str, Any]:
         """Per-attachment step counters, so a resumed run continues in the same phase."""
-        return {"sparse_update_interval": self.schedule.interval,
-                "attachments": [{"name": a.name, "steps": a.steps, "full_updates": a.full_updates,
-                                 "dense_updates": a.dense_updates} for a in self.attachments]}
+        attached = [{"name": a.name, "steps": a.steps, "full_updates": a.full_updates,
+                     "dense_updates": a.dense_updates} for a in self.attachments]
+        pending = (self._pending_state or [])[len(attached):]  # loaded, not yet attached: kept as loaded
+        return {"sparse_update_interval": self.schedule.interval, "attachments": attached + pending}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters; attachments made later pick up their entries in attach order."""

@@ -13,7 +13,16 @@ from typing import Any
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from rlaccel_plugins.checkpoint import Checkpoint, note_resume, restore_rng, rng_state, schedule_for, store_for
+from rlaccel_plugins.checkpoint import (
+    Checkpoint,
+    load_verified,
+    note_resume,
+    restore_rng,
+    rng_state,
+    schedule_for,
+    state_digest,
+    store_for,
+)
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
@@ -31,19 +40,24 @@ class Checkpoints:
         self.schedule.start(env_steps)
 
     def resume(self, cls, env):
-        """Load the newest valid checkpoint into a new model; returns (model, checkpoint)."""
-        checkpoint = self.spec.resume_from or self.store.require_latest()
-        model = cls.load(checkpoint.path / "model.zip", env=env, device="cpu")
-        if (checkpoint.path / "replay.pkl").exists():
-            model.load_replay_buffer(checkpoint.path / "replay.pkl")
+        """Load the newest checkpoint whose weights and buffer load back as saved into a new model;
+        returns (model, checkpoint)."""
+
+        def load(checkpoint: Checkpoint):
+            model = cls.load(checkpoint.path / "model.zip", env=env, device="cpu")
+            if (checkpoint.path / "replay.pkl").exists():
+                model.load_replay_buffer(checkpoint.path / "replay.pkl")
+            return model
+
+        first = self.spec.resume_from or self.store.require_latest()
+        model, checkpoint, digests = load_verified(self.store, first, load, _digests)
         state = torch.load(checkpoint.path / "state.pt", weights_only=False)
         self.clock.restore(state["clock"])
         if self.sparse is not None and state["sparse"] is not None:
             self.sparse.load_state_dict(state["sparse"])
         restore_rng(state["rng"])
         model._last_obs = None  # the env is new: start fresh episodes
-        if getattr(model, "replay_buffer", None) is not None:
-            note_resume(self.spec.logdir, checkpoint, model.num_timesteps, model.replay_buffer)
+        note_resume(self.spec.logdir, checkpoint, model.num_timesteps, digests)
         return model, checkpoint
 
     def poll(self, model) -> bool:
@@ -62,8 +76,17 @@ class Checkpoints:
                    "state.pt": lambda p: torch.save(state, p)}
         if getattr(model, "replay_buffer", None) is not None:
             writers["replay.pkl"] = lambda p: model.save_replay_buffer(p)
-        self.last = self.store.save(model.num_timesteps, writers, meta={"env_steps": model.num_timesteps})
+        meta = {"env_steps": model.num_timesteps, "digests": _digests(model)}
+        self.last = self.store.save(model.num_timesteps, writers, meta=meta)
         return self.last
+
+
+def _digests(model) -> dict[str, str]:
+    """What a resume verifies: the policy's weights and the replay buffer's arrays."""
+    digests = {"weights": state_digest(model.policy.state_dict())}
+    if getattr(model, "replay_buffer", None) is not None:
+        digests["buffer"] = state_digest(model.replay_buffer)
+    return digests
 
 
 class CheckpointCallback(BaseCallback):

@@ -98,9 +98,9 @@ class TieredSamplingMixin:
         out.update({f"level_samples/L{i}": int(n) for i, n in enumerate(self.sampler.level_samples)})
         return out
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self._unchecked, self._check_everything = [], True
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled as it loads: the NaN bookkeeping restarts (a loaded buffer checks all its rows once)
+        return {**self.__dict__, "_unchecked": [], "_check_everything": True}
 
 
 class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):

@@ -14,7 +14,16 @@ from typing import Any
 
 import torch
 
-from rlaccel_plugins.checkpoint import Checkpoint, note_resume, restore_rng, rng_state, schedule_for, store_for
+from rlaccel_plugins.checkpoint import (
+    Checkpoint,
+    load_verified,
+    note_resume,
+    restore_rng,
+    rng_state,
+    schedule_for,
+    state_digest,
+    store_for,
+)
 from rlaccel_plugins.training import EvalClock, TrainSpec
 
 
@@ -38,16 +47,25 @@ class Checkpoints:
         self.schedule.start(env_steps)
 
     def resume(self) -> tuple[Any, dict[str, Any]]:
-        """Load the newest valid checkpoint: returns (buffer, saved state); restores weights, clock and RNG."""
-        checkpoint = self.spec.resume_from or self.store.require_latest()
-        self.algorithm.load_state_dict(torch.load(checkpoint.path / "algorithm.pt", weights_only=False))
-        with open(checkpoint.path / "replay.pkl", "rb") as f:
-            buffer = pickle.load(f)
+        """Load the newest checkpoint whose weights and buffer load back as saved: returns (buffer, saved
+        state); restores weights, clock and RNG."""
+
+        def load(checkpoint: Checkpoint):
+            self.algorithm.load_state_dict(torch.load(checkpoint.path / "algorithm.pt", weights_only=False))
+            with open(checkpoint.path / "replay.pkl", "rb") as f:
+                return pickle.load(f)
+
+        first = self.spec.resume_from or self.store.require_latest()
+        buffer, checkpoint, digests = load_verified(self.store, first, load, self._digests)
         state = torch.load(checkpoint.path / "state.pt", weights_only=False)
         self.clock.restore(state["clock"])
         restore_rng(state["rng"])
-        note_resume(self.spec.logdir, checkpoint, state["env_steps"], buffer)
+        note_resume(self.spec.logdir, checkpoint, state["env_steps"], digests)
         return buffer, state
+
+    def _digests(self, buffer: Any) -> dict[str, str]:
+        """What a resume verifies: the algorithm's weights (optimizer state included) and the buffer's arrays."""
+        return {"weights": state_digest(self.algorithm.state_dict()), "buffer": state_digest(buffer)}
 
     def poll(self, env_steps: int, extra: dict[str, Any] | None = None) -> None:
         """Call between collection steps: checkpoints when due, and on a signal checkpoints then raises."""
@@ -71,5 +89,5 @@ class Checkpoints:
         self.last = self.store.save(env_steps, {
             "algorithm.pt": lambda p: torch.save(algorithm.state_dict(), p),
             "replay.pkl": write_buffer,
-            "state.pt": lambda p: torch.save(state, p)}, meta={"env_steps": env_steps})
+            "state.pt": lambda p: torch.save(state, p)}, meta={"env_steps": env_steps, "digests": self._digests(buffer)})
         return self.last

@@ -80,7 +80,7 @@ class TianshouTraining:
         spec, algorithm, policy, buffer = self.spec, self.algorithm, self.policy, self.buffer
         batch, ups, num_envs = self.batch, self.ups, self.num_envs
         checkpoints = Checkpoints(spec, algorithm, clock)
-        offset = 0
+        offset = 0  # env steps done before this process's trainer: a resumed run's, then the warm-up's
         if spec.resume:
             buffer, saved = checkpoints.resume()
             self.buffer = buffer
@@ -90,12 +90,13 @@ class TianshouTraining:
                                        buffer, exploration_noise=True)
         eval_collector = Collector(algorithm, make_envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
         training_collector.reset(reset_buffer=not spec.resume)
-        if not spec.resume:
-            training_collector.collect(n_step=batch * num_envs, random=True)
+        if not spec.resume:  # the random warm-up counts toward --steps, and takes at most half of them
+            warm_up = max(num_envs, min(batch * num_envs, spec.steps // 2))
+            offset += training_collector.collect(n_step=warm_up, random=True).n_collected_steps
         counter = _count_updates(algorithm)
         monitor = _Monitor(spec, progress, algorithm, buffer, every=spec.config.monitoring.log_interval)
         checkpoints.start(buffer, offset)
-        run = _Run(spec, monitor, checkpoints, policy, clock, offset)
+        run = _Run(spec, monitor, checkpoints, policy, clock, offset, began=saved["env_steps"] if spec.resume else 0)
         ray_metrics = {}
         try:
             if spec.ray is not None:
@@ -207,13 +208,13 @@ class _Run:
     bookkeeping on our clock, checkpoints."""
 
     def __init__(self, spec: TrainSpec, monitor: _Monitor, checkpoints: Checkpoints, policy, clock: EvalClock,
-                 offset: int) -> None:
+                 offset: int, began: int) -> None:
         self.spec, self.monitor, self.checkpoints, self.policy, self.clock = spec, monitor, checkpoints, policy, clock
-        self.offset = offset
+        self.offset, self.began = offset, began  # ``began``: the env step this process started at
         self.env_step = offset
 
     def collected(self, env_step: int) -> None:
-        """Before each collection step (``env_step`` counts this process's steps)."""
+        """Before each collection step (``env_step`` counts the steps collected since ``offset``)."""
         self.env_step = self.offset + env_step
         if not self.spec.stock:
             self.policy.set_eps_training(_epsilon(self.env_step))
@@ -243,6 +244,8 @@ def _train_sync(run: _Run, algorithm, training_collector, eval_collector, batch,
 
     def training_fn(epoch: int, env_step: int) -> None:
         run.collected(env_step)
+        if run.env_step >= spec.steps:  # --steps is a cap: leave the last epoch early (as SB3's learn does)
+            raise _StepsDone
 
     def test_fn(epoch: int, env_step: int | None) -> None:  # Tianshou evaluates: stop our clock
         if env_step is not None:
@@ -254,14 +257,22 @@ def _train_sync(run: _Run, algorithm, training_collector, eval_collector, batch,
         return run.evaluated(mean_reward)
 
     epoch = min(spec.eval_freq, run.remaining)  # Tianshou evaluates once per epoch
-    if run.remaining:
+    if not run.remaining:
+        return run.offset
+    try:
         algorithm.run_training(OffPolicyTrainerParams(
             training_collector=training_collector, test_collector=eval_collector,
             test_step_num_episodes=spec.eval_episodes, max_epochs=max(1, math.ceil(run.remaining / epoch)),
             epoch_num_steps=epoch, collection_step_num_env_steps=_collection_step(training_collector, ups),
             batch_size=batch, update_step_num_gradient_steps_per_sample=ups, training_fn=training_fn,
             test_fn=test_fn, stop_fn=stop_fn, logger=run.monitor.logger, show_progress=False, verbose=False))
-    return run.offset + int(training_collector.collect_step)
+    except _StepsDone:
+        pass
+    return run.offset + int(training_collector.collect_step)  # the trainer reset the collector's counts
+
+
+class _StepsDone(Exception):
+    """Raised in Tianshou's trainer loop to leave it once ``--steps`` env steps are collected."""
 
 
 class _ChunkEvaluation:
@@ -271,7 +282,7 @@ class _ChunkEvaluation:
     def __init__(self, run: _Run, eval_collector) -> None:
         self.run, self.evaluate = run, _evaluate_fn(run.spec, eval_collector)
         self.cadence = EnvStepCadence(run.spec.eval_freq)
-        self.cadence.start(run.offset)
+        self.cadence.start(run.began)  # evaluations at the same multiples with or without the warm-up
         self.stop = False
 
     def __call__(self, env_steps: int, _collected=None) -> None:
