@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlaccel_sb3 import SparseDenseCallback, TieredReplayBuffer
+from rlaccel_sb3 import AccelerateCallback, TieredReplayBuffer
 from stable_baselines3 import DQN
 from stable_baselines3.common.evaluation import evaluate_policy
 
@@ -30,7 +30,7 @@ def main() -> None:
                 replay_buffer_class=TieredReplayBuffer,                                  # rlaccel
                 replay_buffer_kwargs=dict(preset="classic_control"),                    # rlaccel
                 seed=args.seed, verbose=0)
-    callback = SparseDenseCallback(preset="classic_control")                           # rlaccel
+    callback = AccelerateCallback(preset="classic_control")                           # rlaccel
     model.learn(args.steps, callback=callback)
     mean, std = evaluate_policy(model, model.get_env(), n_eval_episodes=10)
     print(f"CartPole-v1 DQN + rlaccel: {args.steps} steps, evaluation {mean:.1f} ± {std:.1f}; "

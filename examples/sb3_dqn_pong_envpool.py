@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlaccel_sb3 import EnvPoolVecEnv, SparseDenseCallback, TieredReplayBuffer
+from rlaccel_sb3 import AccelerateCallback, EnvPoolVecEnv, TieredReplayBuffer
 from stable_baselines3 import DQN
 from stable_baselines3.common.vec_env import VecMonitor
 
@@ -31,7 +31,7 @@ def main() -> None:
                 exploration_fraction=0.1, exploration_final_eps=0.01,
                 replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset="atari"),
                 tensorboard_log=args.logdir, seed=args.seed, verbose=1)
-    callback = SparseDenseCallback(preset="atari", verbose=1)
+    callback = AccelerateCallback(preset="atari", verbose=1)
     model.learn(args.steps, callback=callback, log_interval=10)
     engine = model.replay_buffer.engine
     print(f"Pong: {model.num_timesteps} steps; {engine.nbytes / max(len(engine), 1):,.0f} bytes per stored "

@@ -145,6 +145,7 @@ class TrainingConfig:
     num_threads: int | str = AUTO
     replay_ratio: float | str = AUTO  # replay samples drawn per env step; auto: the recipe's own rate
     net_arch: tuple[int, ...] | str = AUTO  # hidden layer sizes of MLP agents rlaccel builds; auto: the recipe's
+    fused_updates: bool | str = AUTO  # the framework's update replaced by a fused equivalent; auto: where one exists
 
     def __post_init__(self) -> None:
         _int("batch_size", self.batch_size, minimum=1)
@@ -175,6 +176,8 @@ class TrainingConfig:
         ):
             raise invalid("device", 'be "auto", "cpu", "cuda", "cuda:N" or "mps"', self.device)
         _int("num_threads", self.num_threads, minimum=1, auto=True)
+        if self.fused_updates != AUTO and not isinstance(self.fused_updates, bool):
+            raise invalid("fused_updates", 'be "auto", true or false', self.fused_updates)
         object.__setattr__(self, "dense_layers", tuple(layers))
 
 

@@ -213,7 +213,7 @@ def test_importance_weights_scale_the_loss_exactly():
     model = small_model("dqn", replay_buffer_class=TieredReplayBuffer,
                         replay_buffer_kwargs=dict(level_capacity=[50, 450], sampling_ratio=[0.5, 0.5],
                                                   importance_beta=1.0))
-    with pytest.warns(RlaccelWarning, match="nothing applies the weights.*SparseDenseCallback") as warned:
+    with pytest.warns(RlaccelWarning, match="nothing applies the weights.*AccelerateCallback") as warned:
         model.learn(300)  # without the callback: trains unweighted, and says so once
     assert len(warned) == 1
     buf, q_net = model.replay_buffer, model.q_net

@@ -18,6 +18,7 @@ _LAZY = {
     "TieredReplayBuffer": "rlaccel_sb3.buffers",
     "TieredDictReplayBuffer": "rlaccel_sb3.buffers",
     "SparseDenseCallback": "rlaccel_sb3.callback",
+    "AccelerateCallback": "rlaccel_sb3.callback",
     "EnvPoolVecEnv": "rlaccel_sb3.envpool_vec_env",
     "accelerate": "rlaccel_sb3.acceleration",
     "restore": "rlaccel_sb3.acceleration",

@@ -16,7 +16,7 @@ from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_sb3.buffers import TieredBufferMixin, TieredDictReplayBuffer, TieredReplayBuffer
-from rlaccel_sb3.callback import SparseDenseCallback
+from rlaccel_sb3.callback import AccelerateCallback
 
 logger = logging.getLogger("rlaccel")
 
@@ -36,7 +36,7 @@ _SWAPS: weakref.WeakKeyDictionary[BaseAlgorithm, _Swap] = weakref.WeakKeyDiction
 
 
 def accelerate(model: BaseAlgorithm, preset: str | None = None, *, tiered_replay: bool = True,
-               **overrides: Any) -> SparseDenseCallback:
+               **overrides: Any) -> AccelerateCallback:
     """Switch rlaccel on for an existing SB3 model; returns the callback to pass to ``learn``.
 
     The model's replay buffer (off-policy algorithms) is replaced by a :class:`TieredReplayBuffer`
@@ -80,7 +80,7 @@ def accelerate(model: BaseAlgorithm, preset: str | None = None, *, tiered_replay
     if swapped:
         model.replay_buffer = _tiered_copy(model, original, config, preset, level_capacity)
         added = model.replay_buffer.engine.added
-    callback = SparseDenseCallback(config=config)
+    callback = AccelerateCallback(config=config)
     _SWAPS[model] = _Swap(original=original if swapped else None, added_at_swap=added, callbacks=[callback])
     return callback
 

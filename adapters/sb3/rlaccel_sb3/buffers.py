@@ -188,7 +188,7 @@ class TieredBufferMixin:
         if where.weights is not None and self.weights_applied_by is None and not self._warned_unweighted:
             self._warned_unweighted = True
             warnings.warn("rlaccel: importance_beta is set on this buffer, but nothing applies the weights, so "
-                          "the model trains unweighted. Pass rlaccel_sb3.SparseDenseCallback to learn() "
+                          "the model trains unweighted. Pass rlaccel_sb3.AccelerateCallback to learn() "
                           "(it applies them to the TD loss), or drop importance_beta.", RlaccelWarning,
                           stacklevel=2)
         return self._get_samples(where.rows, env=env, env_indices=where.envs)

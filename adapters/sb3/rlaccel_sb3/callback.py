@@ -1,18 +1,25 @@
-"""`SparseDenseCallback`: installs the sparse/dense updater (and importance weights) on an SB3 model."""
+"""`SparseDenseCallback` (sparse/dense updates, guard, precision, importance weights, metrics) and
+`AccelerateCallback` (all of that plus fused updates) for SB3 models."""
 
 from __future__ import annotations
+
+import logging
 
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.config import AccelConfig
+from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard
 from rlaccel_plugins.updates.precision import resolve_dtype, update_autocast
 from rlaccel_sb3.networks import critic_networks, trained_networks
+from rlaccel_sb3.overrides import override_train, remove_train_override
 from rlaccel_sb3.weights import ImportanceWeightHook
+
+logger = logging.getLogger("rlaccel")
 
 
 class SparseDenseCallback(BaseCallback):
@@ -68,7 +75,7 @@ class SparseDenseCallback(BaseCallback):
         self.guard = GradientGuard.from_config(self.config, str(self.model.device))
         if self.guard is not None and self._saved_guard is not None:  # the loss scale and counters go on
             self.guard.load_state_dict(self._saved_guard)
-        self._install_autocast()
+        self._install_train()
         for net in networks if self.guard is not None else ():
             self.guard.attach(net.optimizer)
         if self.sparse:
@@ -84,7 +91,7 @@ class SparseDenseCallback(BaseCallback):
                           f"{len(att.dense)} dense / {len(att.frozen)} sparse-only parameter tensors")
         buffer = getattr(self.model, "replay_buffer", None)
         if buffer is not None and getattr(getattr(buffer, "engine", None), "config", None) is not None \
-                and buffer.engine.config.importance_beta is not None:
+                and buffer.engine.config.importance_beta is not None and not self.fused:  # fused: in the loss
             self.weights = ImportanceWeightHook(buffer, critic_networks(self.model))
         self._fps = FpsMeter(self.num_timesteps)
         self._log_cadence = EnvStepCadence(self.config.monitoring.log_interval)
@@ -122,20 +129,37 @@ class SparseDenseCallback(BaseCallback):
             self._recorded = None
         self.teardown()
 
-    def _install_autocast(self) -> None:
-        """Run SB3's own ``train()`` (the update path only, not collection) under ``precision.dtype``."""
-        if resolve_dtype(self.config.precision.dtype, str(self.model.device)) == "fp32":
-            return
-        model, train = self.model, self.model.train
-        if getattr(train, "_rlaccel_autocast", False):
-            return
+    def _fused_train(self):
+        """The fused ``train()`` to run instead of SB3's (None here: see :class:`AccelerateCallback`)."""
+        return
 
-        def train_in_precision(*args, **kwargs):
-            with update_autocast(self.config.precision.dtype, str(model.device), self.guard):
-                return train(*args, **kwargs)
+    def _install_train(self) -> None:
+        """The update path of this ``learn()``: SB3's own ``train()`` or the fused one, under
+        ``precision.dtype`` (the update path only, not collection); never saved into ``model.zip``."""
+        model = self.model
+        if "train" in model.__dict__ and not getattr(model.__dict__["train"], "_rlaccel_train", False):
+            return  # the user's own override stays as it is
+        fused = self._fused_train()
+        autocast = resolve_dtype(self.config.precision.dtype, str(model.device)) != "fp32"
+        if fused is None and not autocast:
+            return
+        train = fused if fused is not None else type(model).train.__get__(model)
+        if autocast:
+            inner = train
 
-        train_in_precision._rlaccel_autocast = True
-        model.train = train_in_precision
+            def train(*args, **kwargs):
+                with update_autocast(self.config.precision.dtype, str(model.device), self.guard):
+                    return inner(*args, **kwargs)
+
+        train._rlaccel_train = True
+        train._rlaccel_fused = fused is not None
+        override_train(model, train)
+
+    @property
+    def fused(self) -> bool:
+        """Whether the model's updates run fused in this ``learn()``."""
+        model = getattr(self, "model", None)
+        return model is not None and getattr(model.__dict__.get("train"), "_rlaccel_fused", False)
 
     def state_dict(self) -> dict:
         """The schedule's state (phase and counters) and the gradient guard's (counters, fp16 loss
@@ -164,5 +188,52 @@ class SparseDenseCallback(BaseCallback):
             self._saved_guard = self.guard.state_dict()
             self.guard.detach()
         model = getattr(self, "model", None)  # unset until the callback is first initialised
-        if model is not None and getattr(model.__dict__.get("train"), "_rlaccel_autocast", False):
-            del model.__dict__["train"]  # back to the class's own train()
+        if model is not None and getattr(model.__dict__.get("train"), "_rlaccel_train", False):
+            remove_train_override(model)  # back to the class's own train()
+
+
+class AccelerateCallback(SparseDenseCallback):
+    """Everything rlaccel does during ``learn()``: what :class:`SparseDenseCallback` does (sparse/dense
+    updates, gradient guard, mixed precision, importance weights, metrics) plus **fused updates** — the
+    algorithm's ``train()`` swapped for an equivalence-tested fused one (``rlaccel_sb3.fused``) at
+    training start and put back at its end — where ``training.fused_updates`` allows (``auto``: where
+    one exists, one log line elsewhere; ``true``: required; ``false``: SB3's own). It is what
+    ``accelerate(model)`` returns and what the README's drop-in uses.
+
+    Examples:
+        >>> from stable_baselines3 import DQN
+        >>> from rlaccel_sb3 import AccelerateCallback
+        >>> model = DQN("MlpPolicy", "CartPole-v1", learning_starts=64, train_freq=4, seed=0)
+        >>> callback = AccelerateCallback(preset="classic_control")
+        >>> _ = model.learn(256, callback=callback)
+        >>> "train" in model.__dict__  # put back after learn()
+        False
+    """
+
+    def __init__(self, preset: str | None = None, sparse_update_interval: int | None = None,
+                 dense_layers: list[int | str] | None = None, *, fused_updates: bool | str | None = None,
+                 sparse: bool = True, config: AccelConfig | None = None, verbose: int = 0) -> None:
+        super().__init__(preset, sparse_update_interval, dense_layers, sparse=sparse, config=config, verbose=verbose)
+        if fused_updates is not None:
+            self.config = load_config(self.config, fused_updates=fused_updates)
+
+    def _fused_train(self):
+        from rlaccel_sb3.fused import SUPPORTED, fused_train_for
+
+        setting = self.config.training.fused_updates
+        if setting is False:
+            return None
+        fused = fused_train_for(self.model)
+        name = type(self.model).__name__
+        if fused is None and setting is True:
+            raise ConfigError(f"fused_updates=true needs a fused update for the model's algorithm, got {name}, "
+                              f"which has none yet (fused: {', '.join(SUPPORTED)}). Fix: fused_updates=auto runs "
+                              "SB3's own train() where there is none.")
+        if fused is None and name not in _REPORTED:
+            _REPORTED.add(name)
+            logger.info("rlaccel: no fused update for %s yet (fused: %s): SB3's own train() runs", name,
+                        ", ".join(SUPPORTED))
+        return fused
+
+
+_REPORTED: set[str] = set()  # algorithms already reported as running SB3's own train()

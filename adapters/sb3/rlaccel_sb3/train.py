@@ -31,7 +31,7 @@ from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.parallel.atari import is_atari
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, update_cadence
 from rlaccel_sb3.buffers import TieredReplayBuffer
-from rlaccel_sb3.callback import SparseDenseCallback
+from rlaccel_sb3.callback import AccelerateCallback, SparseDenseCallback
 from rlaccel_sb3.envs import make_env
 
 ALGOS = {"dqn": DQN, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "ddpg": DDPG, "ppo": PPO, "a2c": A2C}
@@ -110,7 +110,7 @@ def build(spec: TrainSpec):
                 kwargs["n_steps"] = rb.n_step  # handed to the tiered buffer below
         if training.net_arch != "auto" and not is_atari(spec.env_id):
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
-        callbacks.append(SparseDenseCallback(config=spec.config))
+        callbacks.append(AccelerateCallback(config=spec.config))
     kwargs.update(spec.hyperparams)
     if kwargs.get("replay_buffer_class") is TieredReplayBuffer and kwargs.get("n_steps", 1) > 1:
         # SB3 ignores n_steps with a custom buffer class: hand it to ours, which computes the same returns

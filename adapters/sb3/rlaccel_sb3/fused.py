@@ -1,0 +1,325 @@
+"""Fused ``train()`` for SB3 algorithms: the same math as the algorithm's own, in fewer ops.
+
+What changes against SB3's loop of ``gradient_steps`` (each: sample, target forward, online forward,
+loss, ``.item()``, backward, clip, step):
+
+- the ``gradient_steps`` batches are drawn first, by the buffer's own ``sample()`` called as many
+  times, so every RNG (numpy's, the tiered sampler's) is consumed exactly as SB3 consumes it — and
+  stacked into one tensor per field;
+- DQN/QR-DQN's target network does not change inside ``train()`` (SB3 updates it in ``_on_step``), so
+  the targets of all batches come from **one** forward pass of the target network;
+- the optimizer and the gradient clipping run PyTorch's multi-tensor (``foreach``) kernels (the same
+  arithmetic, one kernel per op for all parameters); losses are logged once per call, no ``.item()``
+  per step;
+- importance weights of the tiered buffer are applied in the loss directly (SB3's own path scales
+  the output gradients through a hook).
+
+Equal to SB3's ``train()``, tested step by step (losses, gradients, parameters, optimizer state, RNG):
+see ``tests/test_sb3_fused.py`` for the tolerance and where the op order differs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rlaccel_plugins.fused import OptimizerKernels
+
+log = logging.getLogger("rlaccel")
+SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG")  # algorithms with an equivalence-tested fused train()
+
+
+def fused_train_for(model) -> Callable[[int, int], None] | None:
+    """The fused ``train(gradient_steps, batch_size)`` of ``model``'s algorithm, or None where there is
+    no equivalence-tested one (an algorithm subclass that overrides ``train`` has none)."""
+    from stable_baselines3 import DQN, SAC, TD3
+
+    own = type(model).train
+    if own is DQN.train:
+        def train(gradient_steps: int, batch_size: int = 100) -> None:
+            _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss)
+    elif own is SAC.train:
+        def train(gradient_steps: int, batch_size: int = 100) -> None:
+            _sac_train(model, gradient_steps, batch_size)
+    elif own is TD3.train:  # DDPG too: SB3's DDPG is TD3 with one critic and no delay
+        def train(gradient_steps: int, batch_size: int = 100) -> None:
+            _td3_train(model, gradient_steps, batch_size)
+    elif own is _qrdqn_train():
+        def train(gradient_steps: int, batch_size: int = 100) -> None:
+            _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss)
+    else:
+        return None
+    train.__doc__ = f"rlaccel's fused {type(model).__name__}.train (same math, fewer ops)"
+    return train
+
+
+def _qrdqn_train():
+    try:
+        from sb3_contrib import QRDQN
+    except ImportError:  # sb3-contrib is optional
+        return None
+    return QRDQN.train
+
+
+# ---------------------------------------------------------------------------------------- batches
+class _Batches:
+    """``gradient_steps`` replay samples stacked: field tensors of shape ``(k, batch, ...)``."""
+
+    def __init__(self, samples: list, weights: list[np.ndarray | None]) -> None:
+        first = samples[0]
+        self.observations = _stack([s.observations for s in samples])
+        self.next_observations = _stack([s.next_observations for s in samples])
+        self.actions = torch.stack([s.actions for s in samples])
+        self.rewards = torch.stack([s.rewards for s in samples])
+        self.dones = torch.stack([s.dones for s in samples])
+        self.discounts = torch.stack([s.discounts for s in samples]) if first.discounts is not None else None
+        self.weights = None if weights[0] is None else torch.as_tensor(np.stack(weights), device=first.rewards.device)
+
+    def step(self, i: int) -> tuple[Any, torch.Tensor]:
+        return _index(self.observations, i), self.actions[i]
+
+
+def draw_batches(model, gradient_steps: int, batch_size: int) -> _Batches:
+    """Sample as SB3's ``train()`` would over ``gradient_steps`` steps, all at once."""
+    buffer = model.replay_buffer
+    samples, weights = [], []
+    applied_by = getattr(buffer, "weights_applied_by", None)
+    if hasattr(buffer, "weights_applied_by"):
+        buffer.weights_applied_by = draw_batches  # the fused loss applies the importance weights itself
+    try:
+        for _ in range(gradient_steps):
+            samples.append(buffer.sample(batch_size, env=model._vec_normalize_env))
+            weights.append(getattr(buffer, "last_weights", None))
+    finally:
+        if hasattr(buffer, "weights_applied_by"):
+            buffer.weights_applied_by = applied_by
+    return _Batches(samples, weights)
+
+
+def _stack(values: list) -> Any:
+    if isinstance(values[0], dict):
+        return {key: torch.stack([v[key] for v in values]) for key in values[0]}
+    return torch.stack(values)
+
+
+def _index(value: Any, i: int) -> Any:
+    return {key: v[i] for key, v in value.items()} if isinstance(value, dict) else value[i]
+
+
+def _flat(value: Any) -> Any:
+    """``(k, batch, ...)`` → ``(k * batch, ...)``."""
+    if isinstance(value, dict):
+        return {key: v.reshape(-1, *v.shape[2:]) for key, v in value.items()}
+    return value.reshape(-1, *value.shape[2:])
+
+
+# ---------------------------------------------------------------------------------------- value-based
+def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callable, loss_of: Callable) -> None:
+    """DQN-style ``train()``: the target network is fixed for the call, so all targets come first."""
+    policy = model.policy
+    policy.set_training_mode(True)
+    model._update_learning_rate(policy.optimizer)
+    if gradient_steps <= 0:
+        losses = []
+    else:
+        batches = draw_batches(model, gradient_steps, batch_size)
+        discounts = batches.discounts if batches.discounts is not None else model.gamma
+        with torch.no_grad():
+            targets = targets_of(model, batches, discounts, gradient_steps, batch_size)
+        parameters = list(policy.parameters())
+        losses = []
+        with OptimizerKernels([policy.optimizer]):
+            for i in range(gradient_steps):
+                observations, actions = batches.step(i)
+                weights = batches.weights[i] if batches.weights is not None else None
+                loss, weighted = loss_of(model, observations, actions, targets[i], weights, batch_size)
+                losses.append(loss.detach())
+                policy.optimizer.zero_grad()
+                weighted.backward()
+                if model.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(parameters, model.max_grad_norm, foreach=True)
+                policy.optimizer.step()
+    model._n_updates += gradient_steps
+    model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
+    model.logger.record("train/loss", _mean(losses) if losses else np.nan)
+
+
+def _dqn_targets(model, batches: _Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
+    next_q = model.q_net_target(_flat(batches.next_observations))
+    next_q = next_q.max(dim=1).values.reshape(k, -1, 1)
+    return batches.rewards + (1 - batches.dones) * discounts * next_q
+
+
+def _dqn_loss(model, observations, actions, target, weights, batch_size: int):
+    current = torch.gather(model.q_net(observations), dim=1, index=actions.long())
+    if weights is None:
+        loss = F.smooth_l1_loss(current, target)
+        return loss, loss
+    per_sample = F.smooth_l1_loss(current, target, reduction="none")
+    return per_sample.mean(), (per_sample * weights.view(-1, 1).to(per_sample.dtype)).mean()
+
+
+def _qrdqn_targets(model, batches: _Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
+    next_quantiles = model.quantile_net_target(_flat(batches.next_observations))
+    greedy = next_quantiles.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True)
+    greedy = greedy.expand(k * batch_size, model.n_quantiles, 1)
+    next_quantiles = next_quantiles.gather(dim=2, index=greedy).squeeze(dim=2).reshape(k, batch_size, -1)
+    return batches.rewards + (1 - batches.dones) * discounts * next_quantiles
+
+
+def _qrdqn_loss(model, observations, actions, target, weights, batch_size: int):
+    from sb3_contrib.common.utils import quantile_huber_loss
+
+    current = model.quantile_net(observations)
+    index = actions[..., None].long().expand(batch_size, model.n_quantiles, 1)
+    current = torch.gather(current, dim=2, index=index).squeeze(dim=2)
+    if weights is None:
+        loss = quantile_huber_loss(current, target, sum_over_quantiles=True)
+        return loss, loss
+    return _weighted_quantile_huber(current, target, weights)
+
+
+def _weighted_quantile_huber(current: torch.Tensor, target: torch.Tensor, weights: torch.Tensor):
+    """sb3-contrib's ``quantile_huber_loss(sum_over_quantiles=True)`` per sample, then weighted."""
+    n_quantiles = current.shape[-1]
+    cum_prob = (torch.arange(n_quantiles, device=current.device, dtype=torch.float) + 0.5) / n_quantiles
+    cum_prob = cum_prob.view(1, -1, 1)
+    pairwise_delta = target.unsqueeze(-2) - current.unsqueeze(-1)
+    abs_pairwise_delta = torch.abs(pairwise_delta)
+    huber_loss = torch.where(abs_pairwise_delta > 1, abs_pairwise_delta - 0.5, pairwise_delta**2 * 0.5)
+    per_sample = (torch.abs(cum_prob - (pairwise_delta.detach() < 0).float()) * huber_loss).sum(dim=-2).mean(dim=-1)
+    return per_sample.mean(), (per_sample * weights.to(per_sample.dtype)).mean()
+
+
+# ---------------------------------------------------------------------------------------- actor-critic
+def _critic_losses(current: tuple[torch.Tensor, ...], target: torch.Tensor, weights: torch.Tensor | None):
+    """SB3's ``sum(F.mse_loss(q, target) for q in current)``, and the loss to backpropagate: the same,
+    or each critic's squared errors weighted per sample (what the importance-weight hook computes)."""
+    loss = sum(F.mse_loss(q, target) for q in current)
+    if weights is None:
+        return loss, loss
+    w = weights.view(-1, 1).to(target.dtype)
+    return loss, sum((w * (q - target) ** 2).mean() for q in current)
+
+
+def _mean(values: list[torch.Tensor]) -> float:
+    """``np.mean`` of the values' ``.item()``s, as SB3 logs them (one host sync per call, not per step)."""
+    return np.mean(torch.stack(values).double().cpu().numpy())
+
+
+def _td3_train(model, gradient_steps: int, batch_size: int) -> None:
+    from rlaccel_plugins.fused import polyak_update_
+
+    actor, critic = model.actor, model.critic
+    model.policy.set_training_mode(True)
+    model._update_learning_rate([actor.optimizer, critic.optimizer])
+    actor_losses, critic_losses = [], []
+    if gradient_steps > 0:
+        batches = draw_batches(model, gradient_steps, batch_size)
+        critic_pairs = list(critic.parameters()), list(model.critic_target.parameters())
+        actor_pairs = list(actor.parameters()), list(model.actor_target.parameters())
+        with OptimizerKernels([actor.optimizer, critic.optimizer]):
+            for i in range(gradient_steps):
+                model._n_updates += 1
+                observations, actions = batches.step(i)
+                next_observations = _index(batches.next_observations, i)
+                discounts = batches.discounts[i] if batches.discounts is not None else model.gamma
+                with torch.no_grad():
+                    noise = actions.clone().data.normal_(0, model.target_policy_noise)
+                    noise = noise.clamp(-model.target_noise_clip, model.target_noise_clip)
+                    next_actions = (model.actor_target(next_observations) + noise).clamp(-1, 1)
+                    next_q = torch.cat(model.critic_target(next_observations, next_actions), dim=1)
+                    next_q, _ = torch.min(next_q, dim=1, keepdim=True)
+                    target = batches.rewards[i] + (1 - batches.dones[i]) * discounts * next_q
+                weights = batches.weights[i] if batches.weights is not None else None
+                critic_loss, weighted = _critic_losses(critic(observations, actions), target, weights)
+                critic_losses.append(critic_loss.detach())
+                critic.optimizer.zero_grad()
+                weighted.backward()
+                critic.optimizer.step()
+                if model._n_updates % model.policy_delay == 0:
+                    actor_loss = -critic.q1_forward(observations, actor(observations)).mean()
+                    actor_losses.append(actor_loss.detach())
+                    actor.optimizer.zero_grad()
+                    actor_loss.backward()
+                    actor.optimizer.step()
+                    polyak_update_(*critic_pairs, model.tau)
+                    polyak_update_(*actor_pairs, model.tau)
+                    polyak_update_(model.critic_batch_norm_stats, model.critic_batch_norm_stats_target, 1.0)
+                    polyak_update_(model.actor_batch_norm_stats, model.actor_batch_norm_stats_target, 1.0)
+    model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
+    if actor_losses:
+        model.logger.record("train/actor_loss", _mean(actor_losses))
+    model.logger.record("train/critic_loss", _mean(critic_losses) if critic_losses else np.nan)
+
+
+def _sac_train(model, gradient_steps: int, batch_size: int) -> None:
+    from rlaccel_plugins.fused import polyak_update_
+
+    actor, critic = model.actor, model.critic
+    model.policy.set_training_mode(True)
+    optimizers = [actor.optimizer, critic.optimizer]
+    if model.ent_coef_optimizer is not None:
+        optimizers += [model.ent_coef_optimizer]
+    model._update_learning_rate(optimizers)
+    ent_coef_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
+    if gradient_steps > 0:
+        batches = draw_batches(model, gradient_steps, batch_size)
+        critic_pairs = list(critic.parameters()), list(model.critic_target.parameters())
+        with OptimizerKernels(optimizers):
+            for gradient_step in range(gradient_steps):
+                observations, actions = batches.step(gradient_step)
+                next_observations = _index(batches.next_observations, gradient_step)
+                discounts = batches.discounts[gradient_step] if batches.discounts is not None else model.gamma
+                if model.use_sde:
+                    actor.reset_noise()
+                actions_pi, log_prob = actor.action_log_prob(observations)
+                log_prob = log_prob.reshape(-1, 1)
+                ent_coef_loss = None
+                if model.ent_coef_optimizer is not None and model.log_ent_coef is not None:
+                    ent_coef = torch.exp(model.log_ent_coef.detach())
+                    ent_coef_loss = -(model.log_ent_coef * (log_prob + model.target_entropy).detach()).mean()
+                    ent_coef_losses.append(ent_coef_loss.detach())
+                else:
+                    ent_coef = model.ent_coef_tensor
+                ent_coefs.append(ent_coef.detach().reshape(()))
+                if ent_coef_loss is not None and model.ent_coef_optimizer is not None:
+                    model.ent_coef_optimizer.zero_grad()
+                    ent_coef_loss.backward()
+                    model.ent_coef_optimizer.step()
+                with torch.no_grad():
+                    next_actions, next_log_prob = actor.action_log_prob(next_observations)
+                    next_q = torch.cat(model.critic_target(next_observations, next_actions), dim=1)
+                    next_q, _ = torch.min(next_q, dim=1, keepdim=True)
+                    next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
+                    target = batches.rewards[gradient_step] + (1 - batches.dones[gradient_step]) * discounts * next_q
+                weights = batches.weights[gradient_step] if batches.weights is not None else None
+                critic_loss, weighted = _critic_losses(critic(observations, actions), target, weights)
+                critic_loss, weighted = 0.5 * critic_loss, 0.5 * weighted
+                critic_losses.append(critic_loss.detach())
+                critic.optimizer.zero_grad()
+                weighted.backward()
+                critic.optimizer.step()
+                q_values_pi = torch.cat(critic(observations, actions_pi), dim=1)
+                min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
+                actor_loss = (ent_coef * log_prob - min_qf_pi).mean()
+                actor_losses.append(actor_loss.detach())
+                actor.optimizer.zero_grad()
+                actor_loss.backward()
+                actor.optimizer.step()
+                if gradient_step % model.target_update_interval == 0:
+                    polyak_update_(*critic_pairs, model.tau)
+                    polyak_update_(model.batch_norm_stats, model.batch_norm_stats_target, 1.0)
+    model._n_updates += gradient_steps
+    model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
+    nan = np.nan
+    model.logger.record("train/ent_coef", _mean(ent_coefs) if ent_coefs else nan)
+    model.logger.record("train/actor_loss", _mean(actor_losses) if actor_losses else nan)
+    model.logger.record("train/critic_loss", _mean(critic_losses) if critic_losses else nan)
+    if ent_coef_losses:
+        model.logger.record("train/ent_coef_loss", _mean(ent_coef_losses))

@@ -1,0 +1,125 @@
+"""Milliseconds per gradient step: SB3's own ``train()``, rlaccel's fused one, and a floor.
+
+For each algorithm and size, in one run and interleaved (rounds alternate which goes first), on the same
+model and buffer contents (CartPole transitions; the net sizes are what the step costs):
+
+- **stock**: the algorithm's own ``model.train(gradient_steps, batch_size)``;
+- **fused**: ``rlaccel_sb3.fused.fused_train_for(model)`` — what ``AccelerateCallback`` installs;
+- **floor** (DQN, QR-DQN; not written yet for SAC/TD3): a minimal hand-written step of the same math,
+  no framework and no buffer: indices from ``torch.randint`` into preloaded tensors, target forward
+  under ``no_grad``, online forward, the loss, backward, ``clip_grad_norm_(foreach=True)``,
+  ``Adam(fused=True)``. It says what this machine allows; stock/floor says what there was to win.
+
+Usage:
+    python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--algos dqn,qrdqn]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+SIZES = [((64, 64), 64), ((256, 256), 256)]  # (hidden layers, batch size)
+
+
+def build(algo: str, hidden: tuple[int, ...]):
+    from sb3_contrib import QRDQN
+    from stable_baselines3 import DQN, SAC, TD3
+
+    cls = {"dqn": DQN, "qrdqn": QRDQN, "sac": SAC, "td3": TD3}[algo]
+    env = "CartPole-v1" if algo in ("dqn", "qrdqn") else "Pendulum-v1"
+    model = cls("MlpPolicy", env, learning_starts=100_000, seed=0, device="cpu",
+                policy_kwargs=dict(net_arch=list(hidden)))
+    model.learn(5_000)  # fills the buffer; no update yet
+    return model
+
+
+def floor_step(algo: str, hidden: tuple[int, ...], batch: int, steps: int, rounds_data: dict) -> float:
+    """The same math by hand; returns seconds for ``steps`` gradient steps."""
+    obs, next_obs, actions, rewards, dones = (rounds_data[k] for k in ("obs", "next_obs", "actions", "rewards", "dones"))
+    n_out = 2 if algo == "dqn" else 2 * 200
+    layers, width = [], 4
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        width = h
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(width, n_out))
+    target = copy.deepcopy(net)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-4, fused=True)
+    params = list(net.parameters())
+    start = time.perf_counter()
+    for _ in range(steps):
+        idx = torch.randint(0, len(obs), (batch,))
+        with torch.no_grad():
+            if algo == "dqn":
+                y = rewards[idx] + (1 - dones[idx]) * 0.99 * target(next_obs[idx]).max(dim=1).values.unsqueeze(1)
+            else:
+                nq = target(next_obs[idx]).view(batch, 200, 2)
+                greedy = nq.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True).expand(batch, 200, 1)
+                y = rewards[idx] + (1 - dones[idx]) * 0.99 * nq.gather(2, greedy).squeeze(2)
+        if algo == "dqn":
+            q = net(obs[idx]).gather(1, actions[idx])
+            loss = F.smooth_l1_loss(q, y)
+        else:
+            q = net(obs[idx]).view(batch, 200, 2).gather(2, actions[idx][..., None].expand(batch, 200, 1)).squeeze(2)
+            delta = y.unsqueeze(-2) - q.unsqueeze(-1)
+            huber = torch.where(delta.abs() > 1, delta.abs() - 0.5, delta**2 * 0.5)
+            tau = ((torch.arange(200, dtype=torch.float) + 0.5) / 200).view(1, -1, 1)
+            loss = ((tau - (delta.detach() < 0).float()).abs() * huber).sum(dim=-2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 10.0, foreach=True)
+        optimizer.step()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=64, help="gradient steps per timed call")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--algos", default="dqn,qrdqn,sac,td3")
+    args = parser.parse_args()
+    from rlaccel_sb3.fused import fused_train_for
+
+    torch.set_num_threads(torch.get_num_threads())
+    print(f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
+          f"ms per gradient step, median of {args.rounds} interleaved rounds of {args.steps} steps")
+    print(f"{'algorithm':<8} {'net':<9} {'batch':>5} {'stock':>7} {'fused':>7} {'floor':>7} "
+          f"{'fused/stock':>11} {'fused/floor':>11} {'stock/floor':>11}")
+    for algo in args.algos.split(","):
+        for hidden, batch in SIZES:
+            stock_model = build(algo, hidden)
+            fused_model = build(algo, hidden)
+            fused = fused_train_for(fused_model)
+            buf = stock_model.replay_buffer
+            n = buf.pos
+            data = {"obs": torch.as_tensor(buf.observations[:n, 0]),
+                    "next_obs": torch.as_tensor(buf.next_observations[:n, 0]),
+                    "actions": torch.as_tensor(buf.actions[:n, 0]).long(), "rewards": torch.as_tensor(buf.rewards[:n]),
+                    "dones": torch.as_tensor(buf.dones[:n])}
+            times = {"stock": [], "fused": [], "floor": []}
+            steps = args.steps if (algo, hidden) != ("qrdqn", (256, 256)) else max(4, args.steps // 8)  # ~150 ms each
+            stock_model.train(2, batch)  # warm-up
+            fused(2, batch)
+            has_floor = algo in ("dqn", "qrdqn")
+            for r in range(args.rounds):
+                order = [("stock", stock_model.train), ("fused", fused)]
+                for name, train in order if r % 2 == 0 else order[::-1]:  # alternate who goes first
+                    t = time.perf_counter()
+                    train(steps, batch)
+                    times[name].append(time.perf_counter() - t)
+                if has_floor:
+                    times["floor"].append(floor_step(algo, hidden, batch, steps, data))
+            ms = {k: 1e3 * statistics.median(v) / steps if v else float("nan") for k, v in times.items()}
+            print(f"{algo:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
+                  f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
+                  f"{ms['stock'] / ms['floor']:>10.2f}x")
+
+
+if __name__ == "__main__":
+    main()
