@@ -28,11 +28,10 @@ STEPS, CALLS = 8, 25  # 25 train() calls of 8 gradient steps: 200 steps
 
 def _filled(algo: str, buffer: str, seed: int = 3):
     """A model whose buffer holds 1,500 transitions and which has not trained yet."""
+    from rlaccel_sb3 import TieredReplayBuffer
     from sb3_contrib import QRDQN
     from stable_baselines3 import DDPG, DQN, SAC, TD3
     from stable_baselines3.common.buffers import NStepReplayBuffer
-
-    from rlaccel_sb3 import TieredReplayBuffer
 
     tiers = dict(level_capacity=[500, 1500], sampling_ratio=[0.6, 0.4])
     kwargs = {"ReplayBuffer": {}, "NStep": dict(replay_buffer_class=NStepReplayBuffer,
