@@ -34,7 +34,10 @@ def _filled(algo: str, buffer: str, seed: int = 3):
     from stable_baselines3.common.buffers import NStepReplayBuffer
 
     tiers = dict(level_capacity=[500, 1500], sampling_ratio=[0.6, 0.4])
-    kwargs = {"ReplayBuffer": {}, "NStep": dict(replay_buffer_class=NStepReplayBuffer,
+    kwargs = {"ReplayBuffer": {}, "Wrapped": dict(buffer_size=1_000),  # the ring has wrapped: SB3's `full` draws
+              "OptimizeMemory": dict(buffer_size=1_000, optimize_memory_usage=True,
+                                     replay_buffer_kwargs=dict(handle_timeout_termination=False)),
+              "NStep": dict(replay_buffer_class=NStepReplayBuffer,
                                                  replay_buffer_kwargs=dict(n_steps=3)),
               "Tiered": dict(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=tiers),
               "TieredWeighted": dict(replay_buffer_class=TieredReplayBuffer,
@@ -92,7 +95,7 @@ def _stock_and_fused(algo: str, buffer: str):
 
 
 @pytest.mark.parametrize(("algo", "buffer"), [
-    ("DQN", "ReplayBuffer"), ("DQN", "NStep"), ("DQN", "Tiered"), ("QRDQN", "ReplayBuffer"), ("QRDQN", "Tiered"),
+    ("DQN", "ReplayBuffer"), ("DQN", "Wrapped"), ("DQN", "OptimizeMemory"), ("DQN", "NStep"), ("DQN", "Tiered"), ("QRDQN", "ReplayBuffer"), ("QRDQN", "Tiered"),
     ("SAC", "ReplayBuffer"), ("SAC", "Tiered"), ("TD3", "ReplayBuffer"), ("TD3", "NStep"), ("DDPG", "Tiered")])
 def test_fused_train_is_sb3s_train_bit_for_bit(algo, buffer):
     stock, fused = _stock_and_fused(algo, buffer)

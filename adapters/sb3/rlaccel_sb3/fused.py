@@ -70,15 +70,19 @@ def _qrdqn_train():
 class _Batches:
     """``gradient_steps`` replay samples stacked: field tensors of shape ``(k, batch, ...)``."""
 
-    def __init__(self, samples: list, weights: list[np.ndarray | None]) -> None:
+    def __init__(self, observations, actions, next_observations, dones, rewards, discounts=None,
+                 weights: torch.Tensor | None = None) -> None:
+        self.observations, self.actions, self.next_observations = observations, actions, next_observations
+        self.dones, self.rewards, self.discounts, self.weights = dones, rewards, discounts, weights
+
+    @classmethod
+    def stacked(cls, samples: list, weights: list[np.ndarray | None]) -> _Batches:
         first = samples[0]
-        self.observations = _stack([s.observations for s in samples])
-        self.next_observations = _stack([s.next_observations for s in samples])
-        self.actions = torch.stack([s.actions for s in samples])
-        self.rewards = torch.stack([s.rewards for s in samples])
-        self.dones = torch.stack([s.dones for s in samples])
-        self.discounts = torch.stack([s.discounts for s in samples]) if first.discounts is not None else None
-        self.weights = None if weights[0] is None else torch.as_tensor(np.stack(weights), device=first.rewards.device)
+        return cls(_stack([s.observations for s in samples]), torch.stack([s.actions for s in samples]),
+                   _stack([s.next_observations for s in samples]), torch.stack([s.dones for s in samples]),
+                   torch.stack([s.rewards for s in samples]),
+                   torch.stack([s.discounts for s in samples]) if first.discounts is not None else None,
+                   None if weights[0] is None else torch.as_tensor(np.stack(weights), device=first.rewards.device))
 
     def step(self, i: int) -> tuple[Any, torch.Tensor]:
         return _index(self.observations, i), self.actions[i]
@@ -86,7 +90,11 @@ class _Batches:
 
 def draw_batches(model, gradient_steps: int, batch_size: int) -> _Batches:
     """Sample as SB3's ``train()`` would over ``gradient_steps`` steps, all at once."""
+    from stable_baselines3.common.buffers import ReplayBuffer
+
     buffer = model.replay_buffer
+    if type(buffer) is ReplayBuffer and model._vec_normalize_env is None:
+        return _draw_from_replay_buffer(buffer, gradient_steps, batch_size)
     samples, weights = [], []
     applied_by = getattr(buffer, "weights_applied_by", None)
     if hasattr(buffer, "weights_applied_by"):
@@ -98,7 +106,33 @@ def draw_batches(model, gradient_steps: int, batch_size: int) -> _Batches:
     finally:
         if hasattr(buffer, "weights_applied_by"):
             buffer.weights_applied_by = applied_by
-    return _Batches(samples, weights)
+    return _Batches.stacked(samples, weights)
+
+
+def _draw_from_replay_buffer(buffer, k: int, batch_size: int) -> _Batches:
+    """SB3's own ``ReplayBuffer.sample`` ``k`` times — the same numpy draws in the same order — with
+    the rows gathered once for all ``k`` batches instead of once per batch."""
+    rows, envs = [], []
+    for _ in range(k):
+        if not buffer.optimize_memory_usage:
+            rows.append(np.random.randint(0, buffer.buffer_size if buffer.full else buffer.pos, size=batch_size))
+        elif buffer.full:
+            rows.append((np.random.randint(1, buffer.buffer_size, size=batch_size) + buffer.pos) % buffer.buffer_size)
+        else:
+            rows.append(np.random.randint(0, buffer.pos, size=batch_size))
+        envs.append(np.random.randint(0, high=buffer.n_envs, size=(batch_size,)))
+    b, e = np.concatenate(rows), np.concatenate(envs)
+    if buffer.optimize_memory_usage:
+        next_obs = buffer.observations[(b + 1) % buffer.buffer_size, e, :]
+    else:
+        next_obs = buffer.next_observations[b, e, :]
+    dones = (buffer.dones[b, e] * (1 - buffer.timeouts[b, e])).reshape(-1, 1)
+
+    def tensor(array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(array, device=buffer.device).reshape(k, batch_size, *array.shape[1:])
+
+    return _Batches(tensor(buffer.observations[b, e, :]), tensor(buffer.actions[b, e, :]), tensor(next_obs),
+                    tensor(dones), tensor(buffer.rewards[b, e].reshape(-1, 1)))
 
 
 def _stack(values: list) -> Any:
