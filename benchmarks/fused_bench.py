@@ -1,4 +1,4 @@
-"""Milliseconds per gradient step: SB3's own ``train()``, rlaccel's fused one, and a floor.
+"""Milliseconds per gradient step: the framework's own update, rlaccel's fused one, and a floor.
 
 For each algorithm and size, in one run and interleaved (rounds alternate which goes first), on the same
 model and buffer contents (CartPole transitions; the net sizes are what the step costs):
@@ -10,8 +10,12 @@ model and buffer contents (CartPole transitions; the net sizes are what the step
   under ``no_grad``, online forward, the loss, backward, ``clip_grad_norm_(foreach=True)``,
   ``Adam(fused=True)``. It says what this machine allows; stock/floor says what there was to win.
 
+Tianshou: DQN as its CartPole example builds it (``ts-dqn`` rows): ``algorithm.update(buffer, batch)``
+of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, and a hand-written double
+DQN 3-step floor.
+
 Usage:
-    python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--algos dqn,qrdqn]
+    python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--algos dqn,qrdqn,sac,td3] [--frameworks sb3,tianshou]
 """
 
 from __future__ import annotations
@@ -82,7 +86,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=64, help="gradient steps per timed call")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--algos", default="dqn,qrdqn,sac,td3")
+    parser.add_argument("--algos", default="dqn,qrdqn,sac,td3", help="SB3 algorithms (empty: none)")
+    parser.add_argument("--frameworks", default="sb3,tianshou")
     args = parser.parse_args()
     from rlaccel_sb3.fused import fused_train_for
 
@@ -91,7 +96,7 @@ def main() -> None:
           f"ms per gradient step, median of {args.rounds} interleaved rounds of {args.steps} steps")
     print(f"{'algorithm':<8} {'net':<9} {'batch':>5} {'stock':>7} {'fused':>7} {'floor':>7} "
           f"{'fused/stock':>11} {'fused/floor':>11} {'stock/floor':>11}")
-    for algo in args.algos.split(","):
+    for algo in [a for a in args.algos.split(",") if a] if "sb3" in args.frameworks.split(",") else []:
         for hidden, batch in SIZES:
             stock_model = build(algo, hidden)
             fused_model = build(algo, hidden)
@@ -119,6 +124,81 @@ def main() -> None:
             print(f"{algo:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
                   f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
                   f"{ms['stock'] / ms['floor']:>10.2f}x")
+    if "tianshou" in args.frameworks.split(","):
+        tianshou_rows(args.steps, args.rounds)
+
+
+def tianshou_rows(steps: int, rounds: int) -> None:
+    """Tianshou DQN (the example's settings: double DQN, 3-step, MSE, 128-128-128, batch 64) on CartPole:
+    Tianshou's own ``update``, the wrapper's fused one, and a floor of the same math."""
+    import gymnasium as gym
+    from rlaccel_tianshou import SparseDenseWrapper
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    from rlaccel_plugins.loader import load_config
+
+    for hidden, batch in [((128, 128, 128), 64), ((256, 256), 256)]:
+        def algorithm(hidden=hidden):
+            torch.manual_seed(0)
+            policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=list(hidden)),
+                                             action_space=gym.spaces.Discrete(2), eps_training=0.1)
+            return DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, n_step_return_horizon=3,
+                       target_update_freq=320)
+
+        stock = algorithm()
+        fused = SparseDenseWrapper(algorithm(), config=load_config(preset="classic_control", fused_updates=True))
+        buffer = VectorReplayBuffer(20_000, 10)
+        collector = Collector(stock, DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(10)]), buffer)
+        collector.reset()
+        collector.collect(n_step=10_000, random=True)
+        data = {"obs": torch.as_tensor(buffer.obs[:10_000]), "rew": torch.as_tensor(buffer.rew[:10_000]).float(),
+                "done": torch.as_tensor(buffer.done[:10_000]).float(),
+                "act": torch.as_tensor(buffer.act[:10_000]).long()}
+        times = {"stock": [], "fused": [], "floor": []}
+        with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
+            for r in range(rounds):
+                order = [("stock", stock), ("fused", fused)]
+                for name, algo in order if r % 2 == 0 else order[::-1]:
+                    t = time.perf_counter()
+                    for _ in range(steps):
+                        algo.update(buffer, batch)
+                    times[name].append(time.perf_counter() - t)
+                times["floor"].append(tianshou_floor(hidden, batch, steps, data))
+        ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
+        print(f"{'ts-dqn':<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
+              f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
+              f"{ms['stock'] / ms['floor']:>10.2f}x")
+
+
+def tianshou_floor(hidden: tuple[int, ...], batch: int, steps: int, data: dict) -> float:
+    """Double DQN with 3-step returns by hand (episode ends inside the n steps are ignored: the same ops)."""
+    layers, width = [], 4
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        width = h
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(width, 2))
+    target = copy.deepcopy(net)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True)
+    obs, rew, done, act = data["obs"], data["rew"], data["done"], data["act"]
+    start = time.perf_counter()
+    for _ in range(steps):
+        idx = torch.randint(0, len(obs) - 3, (batch,))
+        with torch.no_grad():
+            after = obs[idx + 3]
+            q_next = target(after).gather(1, net(after).argmax(dim=1, keepdim=True)).squeeze(1)
+            returns = rew[idx] + 0.9 * rew[idx + 1] + 0.81 * rew[idx + 2] + 0.729 * (1 - done[idx + 2]) * q_next
+        q = net(obs[idx]).gather(1, act[idx].unsqueeze(1)).squeeze(1)
+        loss = (returns - q).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return time.perf_counter() - start
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ traced lazily on the first training batch, so no example input is needed.
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 import torch
@@ -163,6 +164,19 @@ class SparseDenseWrapper(_SparseDenseMixin, OffPolicyWrapperAlgorithm):
                  sparse: bool = True, config: AccelConfig | None = None) -> None:
         super().__init__(wrapped_algorithm)
         self._init_sparse_dense(_config(config, preset, sparse_update_interval, dense_layers), sparse)
+        self._fused_update = _fused_update(wrapped_algorithm, self.rlaccel_config)
+
+    @property
+    def fused(self) -> bool:
+        """Whether updates run fused (``training.fused_updates``; see ``rlaccel_tianshou.fused``)."""
+        return self._fused_update is not None
+
+    def update(self, buffer, sample_size):
+        from rlaccel_tianshou.fused import fusable_buffer
+
+        if self._fused_update is not None and fusable_buffer(buffer):
+            return self._fused_update(self, buffer, sample_size)
+        return super().update(buffer, sample_size)
 
     def _update_with_batch(self, batch):
         self._ensure_attached(batch)
@@ -204,6 +218,29 @@ def wrap(algorithm: Any, **kwargs: Any):
         return SparseDenseWrapper(algorithm, **kwargs)
     raise ConfigError(f"algorithm must be a Tianshou on- or off-policy algorithm, got {type(algorithm).__name__}. "
                     "Offline algorithms are not supported.")
+
+
+def _fused_update(algorithm, config: AccelConfig):
+    """The fused update ``training.fused_updates`` asks for (None: Tianshou's own)."""
+    from rlaccel_tianshou.fused import SUPPORTED, fused_update_for
+
+    setting = config.training.fused_updates
+    if setting is False:
+        return None
+    fused = fused_update_for(algorithm)
+    name = type(algorithm).__name__
+    if fused is None and setting is True:
+        raise ConfigError(f"fused_updates=true needs a fused update for the algorithm, got {name} (with "
+                          f"{type(algorithm.policy).__name__}), which has none yet (fused: {', '.join(SUPPORTED)} "
+                          "with a tianshou Net). Fix: fused_updates=auto runs Tianshou's own update where there is none.")
+    if fused is None and name not in _REPORTED:
+        _REPORTED.add(name)
+        logging.getLogger("rlaccel").info("rlaccel: no fused update for %s yet (fused: %s): Tianshou's own runs",
+                                          name, ", ".join(SUPPORTED))
+    return fused
+
+
+_REPORTED: set[str] = set()  # algorithms already reported as running Tianshou's own update
 
 
 def _config(config: AccelConfig | None, preset: str | None, interval: int | None, dense_layers) -> AccelConfig:

@@ -1,0 +1,136 @@
+"""The fused Tianshou DQN update is Tianshou's own, step by step (DESIGN.md §10): the same algorithm,
+seed and buffer contents through the wrapper with ``fused_updates`` off and on for 200 updates —
+every update's loss and gradients, then parameters, target network, optimizer state, the update
+counter, and every RNG (torch's, numpy's, the buffer's) compared.
+
+Tolerance: none — bit-identical on this CPU (Tianshou's own ``_nstep_return`` computes the returns
+from the same values; the multi-tensor Adam computes the same arithmetic).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlaccel_plugins.checkpoint import state_digest
+from rlaccel_plugins.fused import UpdateRecorder, differences
+
+pytestmark = pytest.mark.needs("tianshou")
+
+UPDATES = 200
+
+
+def _algorithm(is_double=True, huber=None, n_step=3, target=10):
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+
+    torch.manual_seed(0)
+    policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=[64, 64]),
+                                     action_space=gym.spaces.Discrete(2), eps_training=0.1)
+    return DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, n_step_return_horizon=n_step,
+               target_update_freq=target, is_double=is_double, huber_loss_delta=huber)
+
+
+def _buffer(kind: str, algorithm):
+    from rlaccel_tianshou import TieredVectorReplayBuffer
+    from tianshou.data import Collector, ReplayBuffer, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+
+    envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+    envs.seed(0)
+    buffer = {"vector": lambda: VectorReplayBuffer(4_000, 4),
+              "single": lambda: ReplayBuffer(4_000),
+              "tiered-weighted": lambda: TieredVectorReplayBuffer(4_000, 4, level_capacity=[1_000, 3_000],
+                                                                  sampling_ratio=[0.6, 0.4], importance_beta=0.5),
+              "no-obs-next": lambda: VectorReplayBuffer(4_000, 4, ignore_obs_next=True)}[kind]()
+    if kind == "single":
+        envs = DummyVectorEnv([lambda: gym.make("CartPole-v1")])
+        envs.seed(0)
+    np.random.seed(0)
+    collector = Collector(algorithm, envs, buffer, exploration_noise=True)
+    collector.reset()
+    collector.collect(n_step=2_000, random=True)
+    return buffer
+
+
+def _run(wrapper, buffer):
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    np.random.seed(5)
+    torch.manual_seed(5)
+    dqn = wrapper.wrapped_algorithm
+    losses, fused_calls = [], []
+    if wrapper.fused:  # count what really ran fused (an unfusable buffer would run Tianshou's own)
+        inner = wrapper._fused_update
+        wrapper._fused_update = lambda *args: fused_calls.append(1) or inner(*args)
+    with UpdateRecorder([dqn.optim._optim]) as record, policy_within_training_step(wrapper.policy):
+        for _ in range(UPDATES):
+            losses.append(wrapper.update(buffer, 64).loss)
+    return {"losses": losses, "backward": record.losses, "gradients": record.gradients,
+            "state": dict(dqn.state_dict()), "optimizer": copy.deepcopy(dqn.optim._optim.state_dict()),
+            "iter": dqn._iter, "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state()[1],
+            "buffer": state_digest(buffer)}, len(fused_calls)
+
+
+def _stock_and_fused(kind: str, **algorithm_kwargs):
+    from rlaccel_tianshou import SparseDenseWrapper
+
+    from rlaccel_plugins.loader import load_config
+
+    algorithm = _algorithm(**algorithm_kwargs)
+    buffer = _buffer(kind, algorithm)
+    twin, twin_buffer = copy.deepcopy(algorithm), copy.deepcopy(buffer)
+    stock = SparseDenseWrapper(algorithm, config=load_config(preset="classic_control", fused_updates=False))
+    fused = SparseDenseWrapper(twin, config=load_config(preset="classic_control", fused_updates=True))
+    assert fused.fused and not stock.fused
+    (stock_run, _), (fused_run, fused_calls) = _run(stock, buffer), _run(fused, twin_buffer)
+    assert fused_calls == UPDATES
+    return stock_run, fused_run
+
+
+@pytest.mark.parametrize(("kind", "kwargs"), [
+    ("vector", {}),                                                   # double DQN, 3-step, MSE, target every 10
+    ("vector", dict(is_double=False, huber=1.0, n_step=1, target=0)),  # Nature DQN, Huber, no target network
+    ("single", dict(n_step=5)),
+    ("no-obs-next", {}),
+    ("tiered-weighted", {}),                                          # importance weights in the MSE loss
+])
+def test_fused_dqn_update_is_tianshous_bit_for_bit(kind, kwargs):
+    stock, fused = _stock_and_fused(kind, **kwargs)
+    assert len(stock["gradients"]) == UPDATES
+    assert differences(stock, fused) == []
+
+
+def test_a_one_line_change_to_the_returns_breaks_the_equivalence(monkeypatch):
+    from rlaccel_tianshou import fused as fused_module
+
+    original = fused_module._obs_next
+    monkeypatch.setattr(fused_module, "_obs_next", lambda buffer, indices: original(buffer, indices) * 1.0001)
+    stock, fused = _stock_and_fused("vector")
+    assert differences(stock["losses"], fused["losses"])
+
+
+def test_fused_updates_setting_and_what_runs_tianshous_own(caplog):
+    from rlaccel_tianshou import SparseDenseWrapper
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+
+    from rlaccel_plugins.errors import ConfigError
+    from rlaccel_plugins.loader import load_config
+
+    class MyDQN(DQN):  # a subclass may change the update: not fused
+        pass
+
+    mine = MyDQN(policy=_algorithm().policy, optim=AdamOptimizerFactory())
+    with caplog.at_level("INFO", logger="rlaccel"):
+        assert not SparseDenseWrapper(mine, preset="classic_control").fused
+    assert "no fused update for MyDQN" in caplog.text
+    with pytest.raises(ConfigError, match="fused_updates=true needs a fused update .* got MyDQN"):
+        SparseDenseWrapper(mine, config=load_config(preset="classic_control", fused_updates=True))
+    assert SparseDenseWrapper(_algorithm(), preset="classic_control").fused  # auto: on where it exists
