@@ -170,3 +170,39 @@ def test_fused_updates_setting(caplog):
     assert "no fused update for A2C" in caplog.text
     with pytest.raises(ConfigError, match="fused_updates=true needs a fused update .* got A2C"):
         a2c.learn(64, callback=AccelerateCallback(preset="classic_control", fused_updates=True))
+
+
+def _on_policy_run(algo: str, fused: bool, cycles: int, **kwargs):
+    """``cycles`` rounds of SB3's own collection then ``train()`` (stock or fused) from the same seed."""
+    from stable_baselines3 import A2C, PPO
+
+    from rlaccel_sb3.fused import fused_train_for
+
+    cls = {"PPO": PPO, "A2C": A2C}[algo]
+    env = kwargs.pop("env", "CartPole-v1")
+    model = cls("MlpPolicy", env, seed=3, policy_kwargs=dict(net_arch=[64, 64]), **kwargs)
+    train = fused_train_for(model) if fused else model.train
+    _, callback = model._setup_learn(total_timesteps=10**7, callback=None)
+    callback.on_training_start(locals(), globals())
+    logged = []
+    with UpdateRecorder([model.policy.optimizer]) as record:
+        for _ in range(cycles):
+            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
+            train()
+            logged.append({k: v for k, v in model.logger.name_to_value.items() if k.startswith("train/")})
+    return {"losses": record.losses, "gradients": record.gradients, "parameters": dict(model.policy.state_dict()),
+            "optimizer": copy.deepcopy(model.policy.optimizer.state_dict()), "logged": logged,
+            "n_updates": model._n_updates, "rng": _rng()}
+
+
+@pytest.mark.parametrize(("algo", "cycles", "kwargs"), [
+    ("PPO", 13, dict(n_steps=128, batch_size=32, n_epochs=4)),                        # 208 minibatch steps
+    ("PPO", 13, dict(n_steps=128, batch_size=32, n_epochs=4, target_kl=0.002, clip_range_vf=0.2)),  # early stops
+    ("PPO", 7, dict(env="Pendulum-v1", n_steps=256, batch_size=64, n_epochs=8)),      # Gaussian policy, log_std
+    ("A2C", 200, dict(n_steps=8)),
+])
+def test_fused_on_policy_train_is_sb3s_train_bit_for_bit(algo, cycles, kwargs):
+    stock = _on_policy_run(algo, False, cycles, **dict(kwargs))
+    fused = _on_policy_run(algo, True, cycles, **dict(kwargs))
+    assert len(stock["gradients"]) > 100
+    assert differences(stock, fused) == []

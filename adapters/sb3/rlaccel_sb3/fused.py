@@ -31,13 +31,13 @@ import torch.nn.functional as F
 from rlaccel_plugins.fused import OptimizerKernels
 
 log = logging.getLogger("rlaccel")
-SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG")  # algorithms with an equivalence-tested fused train()
+SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
 
 
 def fused_train_for(model) -> Callable[[int, int], None] | None:
     """The fused ``train(gradient_steps, batch_size)`` of ``model``'s algorithm, or None where there is
     no equivalence-tested one (an algorithm subclass that overrides ``train`` has none)."""
-    from stable_baselines3 import DQN, SAC, TD3
+    from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 
     own = type(model).train
     if own is DQN.train:
@@ -49,6 +49,13 @@ def fused_train_for(model) -> Callable[[int, int], None] | None:
     elif own is TD3.train:  # DDPG too: SB3's DDPG is TD3 with one critic and no delay
         def train(gradient_steps: int, batch_size: int = 100) -> None:
             _td3_train(model, gradient_steps, batch_size)
+    elif own is PPO.train:
+        def train() -> None:
+            _ppo_train(model)
+    elif own is A2C.train:
+        def train() -> None:  # one optimizer step per call: only the optimizer's kernels change
+            with OptimizerKernels([model.policy.optimizer]):
+                A2C.train(model)
     elif own is _qrdqn_train():
         def train(gradient_steps: int, batch_size: int = 100) -> None:
             _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss)
@@ -357,3 +364,82 @@ def _sac_train(model, gradient_steps: int, batch_size: int) -> None:
     model.logger.record("train/critic_loss", _mean(critic_losses) if critic_losses else nan)
     if ent_coef_losses:
         model.logger.record("train/ent_coef_loss", _mean(ent_coef_losses))
+
+
+# ---------------------------------------------------------------------------------------- on-policy
+def _ppo_train(model) -> None:
+    """SB3's ``PPO.train`` with the multi-tensor optimizer and clipping, and the logged values gathered
+    as tensors (one host sync per call; per minibatch only when ``target_kl`` needs the KL to decide)."""
+    from gymnasium import spaces
+    from stable_baselines3.common.utils import explained_variance
+
+    policy = model.policy
+    policy.set_training_mode(True)
+    model._update_learning_rate(policy.optimizer)
+    clip_range = model.clip_range(model._current_progress_remaining)
+    clip_range_vf = model.clip_range_vf(model._current_progress_remaining) if model.clip_range_vf is not None else None
+    entropy_losses, pg_losses, value_losses, clip_fractions = [], [], [], []
+    approx_kl_divs: list = []
+    parameters = list(policy.parameters())
+    loss = None
+    continue_training = True
+    with OptimizerKernels([policy.optimizer]):
+        for epoch in range(model.n_epochs):
+            approx_kl_divs = []
+            for rollout_data in model.rollout_buffer.get(model.batch_size):
+                actions = rollout_data.actions
+                if isinstance(model.action_space, spaces.Discrete):
+                    actions = rollout_data.actions.long().flatten()
+                values, log_prob, entropy = policy.evaluate_actions(rollout_data.observations, actions)
+                values = values.flatten()
+                advantages = rollout_data.advantages
+                if model.normalize_advantage and len(advantages) > 1:
+                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                ratio = torch.exp(log_prob - rollout_data.old_log_prob)
+                policy_loss_1 = advantages * ratio
+                policy_loss_2 = advantages * torch.clamp(ratio, 1 - clip_range, 1 + clip_range)
+                policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
+                pg_losses.append(policy_loss.detach())
+                clip_fractions.append(torch.mean((torch.abs(ratio - 1) > clip_range).float()))
+                if clip_range_vf is None:
+                    values_pred = values
+                else:
+                    values_pred = rollout_data.old_values + torch.clamp(values - rollout_data.old_values,
+                                                                        -clip_range_vf, clip_range_vf)
+                value_loss = F.mse_loss(rollout_data.returns, values_pred)
+                value_losses.append(value_loss.detach())
+                entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
+                entropy_losses.append(entropy_loss.detach())
+                loss = policy_loss + model.ent_coef * entropy_loss + model.vf_coef * value_loss
+                with torch.no_grad():
+                    log_ratio = log_prob - rollout_data.old_log_prob
+                    approx_kl_divs.append(torch.mean((torch.exp(log_ratio) - 1) - log_ratio))
+                if model.target_kl is not None:
+                    approx_kl_div = approx_kl_divs[-1].cpu().numpy()
+                    if approx_kl_div > 1.5 * model.target_kl:
+                        continue_training = False
+                        if model.verbose >= 1:
+                            print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
+                        break
+                policy.optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(parameters, model.max_grad_norm, foreach=True)
+                policy.optimizer.step()
+            model._n_updates += 1
+            if not continue_training:
+                break
+    explained_var = explained_variance(model.rollout_buffer.values.flatten(), model.rollout_buffer.returns.flatten())
+    model.logger.record("train/entropy_loss", _mean(entropy_losses))
+    model.logger.record("train/policy_gradient_loss", _mean(pg_losses))
+    model.logger.record("train/value_loss", _mean(value_losses))
+    model.logger.record("train/approx_kl", np.mean(torch.stack(approx_kl_divs).cpu().numpy()) if approx_kl_divs
+                        else np.mean([]))
+    model.logger.record("train/clip_fraction", _mean(clip_fractions))
+    model.logger.record("train/loss", loss.item())
+    model.logger.record("train/explained_variance", explained_var)
+    if hasattr(policy, "log_std"):
+        model.logger.record("train/std", torch.exp(policy.log_std).mean().item())
+    model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
+    model.logger.record("train/clip_range", clip_range)
+    if clip_range_vf is not None:
+        model.logger.record("train/clip_range_vf", clip_range_vf)
