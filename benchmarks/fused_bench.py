@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--algos", default="dqn,qrdqn,sac,td3", help="SB3 algorithms (empty: none)")
     parser.add_argument("--frameworks", default="sb3,tianshou")
+    parser.add_argument("--no-ppo", dest="ppo", action="store_false", help="skip the SB3 PPO rows")
     args = parser.parse_args()
     from rlaccel_sb3.fused import fused_train_for
 
@@ -124,8 +125,41 @@ def main() -> None:
             print(f"{algo:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
                   f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
                   f"{ms['stock'] / ms['floor']:>10.2f}x")
+    if "sb3" in args.frameworks.split(",") and args.ppo:
+        ppo_rows(args.rounds)
     if "tianshou" in args.frameworks.split(","):
         tianshou_rows(args.steps, args.rounds)
+
+
+def ppo_rows(rounds: int) -> None:
+    """SB3 PPO with RL Zoo's CartPole settings (8 envs x 32 steps, batch 256, 20 epochs: 20 minibatch
+    steps per ``train()``), and the same with a 256-256 net at batch 64 (80 steps): ``train()`` on one
+    collected rollout, SB3's own against the fused one; ms per minibatch step (no floor written)."""
+    from rlaccel_sb3.fused import fused_train_for
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    for hidden, batch in [((64, 64), 256), ((256, 256), 64)]:
+        models = []
+        for _ in range(2):
+            model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=0), n_steps=32, batch_size=batch,
+                        gae_lambda=0.8, gamma=0.98, n_epochs=20, learning_rate=1e-3, seed=0, device="cpu",
+                        policy_kwargs=dict(net_arch=list(hidden)))
+            _, callback = model._setup_learn(total_timesteps=10**7, callback=None)
+            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
+            models.append(model)
+        steps = 20 * (256 // batch)
+        trains = {"stock": models[0].train, "fused": fused_train_for(models[1])}
+        times = {"stock": [], "fused": []}
+        for r in range(rounds):
+            order = list(trains.items())
+            for name, train in order if r % 2 == 0 else order[::-1]:
+                t = time.perf_counter()
+                train()
+                times[name].append(time.perf_counter() - t)
+        ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
+        print(f"{'ppo':<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
+              f"{'nan':>7} {ms['fused'] / ms['stock']:>10.2f}x {'nan':>10}x {'nan':>10}x")
 
 
 def tianshou_rows(steps: int, rounds: int) -> None:

@@ -174,9 +174,8 @@ def test_fused_updates_setting(caplog):
 
 def _on_policy_run(algo: str, fused: bool, cycles: int, **kwargs):
     """``cycles`` rounds of SB3's own collection then ``train()`` (stock or fused) from the same seed."""
-    from stable_baselines3 import A2C, PPO
-
     from rlaccel_sb3.fused import fused_train_for
+    from stable_baselines3 import A2C, PPO
 
     cls = {"PPO": PPO, "A2C": A2C}[algo]
     env = kwargs.pop("env", "CartPole-v1")

@@ -101,7 +101,10 @@ class GradientGuard:
             return True
         self.stats["guarded_steps"] += 1
         limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+        if self.max_grad_norm is None:  # the norm only: scaling every gradient by 1.0 changes nothing
+            norm = float(torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True))
+        else:
+            norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
         finite = math.isfinite(norm)
         if self.loss_scaler is not None:
             self.loss_scaler.update(finite)
