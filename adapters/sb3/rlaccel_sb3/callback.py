@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-import logging
-
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.config import AccelConfig
-from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
@@ -18,8 +15,6 @@ from rlaccel_plugins.updates.precision import resolve_dtype, update_autocast
 from rlaccel_sb3.networks import critic_networks, trained_networks
 from rlaccel_sb3.overrides import override_train, remove_train_override
 from rlaccel_sb3.weights import ImportanceWeightHook
-
-logger = logging.getLogger("rlaccel")
 
 
 class SparseDenseCallback(BaseCallback):
@@ -218,22 +213,10 @@ class AccelerateCallback(SparseDenseCallback):
             self.config = load_config(self.config, fused_updates=fused_updates)
 
     def _fused_train(self):
+        from rlaccel_plugins.fused.selection import select_fused
         from rlaccel_sb3.fused import SUPPORTED, fused_train_for
 
-        setting = self.config.training.fused_updates
-        if setting is False:
+        if self.config.training.fused_updates is False:
             return None
-        fused = fused_train_for(self.model)
-        name = type(self.model).__name__
-        if fused is None and setting is True:
-            raise ConfigError(f"fused_updates=true needs a fused update for the model's algorithm, got {name}, "
-                              f"which has none yet (fused: {', '.join(SUPPORTED)}). Fix: fused_updates=auto runs "
-                              "SB3's own train() where there is none.")
-        if fused is None and name not in _REPORTED:
-            _REPORTED.add(name)
-            logger.info("rlaccel: no fused update for %s yet (fused: %s): SB3's own train() runs", name,
-                        ", ".join(SUPPORTED))
-        return fused
-
-
-_REPORTED: set[str] = set()  # algorithms already reported as running SB3's own train()
+        return select_fused(self.config.training.fused_updates, fused_train_for(self.model),
+                            algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED)

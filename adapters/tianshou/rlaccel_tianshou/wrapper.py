@@ -15,7 +15,6 @@ traced lazily on the first training batch, so no example input is needed.
 from __future__ import annotations
 
 import inspect
-import logging
 from typing import Any
 
 import torch
@@ -222,25 +221,13 @@ def wrap(algorithm: Any, **kwargs: Any):
 
 def _fused_update(algorithm, config: AccelConfig):
     """The fused update ``training.fused_updates`` asks for (None: Tianshou's own)."""
+    from rlaccel_plugins.fused.selection import select_fused
     from rlaccel_tianshou.fused import SUPPORTED, fused_update_for
 
-    setting = config.training.fused_updates
-    if setting is False:
+    if config.training.fused_updates is False:
         return None
-    fused = fused_update_for(algorithm)
-    name = type(algorithm).__name__
-    if fused is None and setting is True:
-        raise ConfigError(f"fused_updates=true needs a fused update for the algorithm, got {name} (with "
-                          f"{type(algorithm.policy).__name__}), which has none yet (fused: {', '.join(SUPPORTED)} "
-                          "with a tianshou Net). Fix: fused_updates=auto runs Tianshou's own update where there is none.")
-    if fused is None and name not in _REPORTED:
-        _REPORTED.add(name)
-        logging.getLogger("rlaccel").info("rlaccel: no fused update for %s yet (fused: %s): Tianshou's own runs",
-                                          name, ", ".join(SUPPORTED))
-    return fused
-
-
-_REPORTED: set[str] = set()  # algorithms already reported as running Tianshou's own update
+    return select_fused(config.training.fused_updates, fused_update_for(algorithm), algorithm=type(algorithm).__name__,
+                        framework="Tianshou", supported=[f"{name} on a Tianshou Net" for name in SUPPORTED])
 
 
 def _config(config: AccelConfig | None, preset: str | None, interval: int | None, dense_layers) -> AccelConfig:
