@@ -68,6 +68,9 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--preset", default=None,
                        help="rlaccel preset (see `rlaccel presets`; default classic_control; not with --stock)")
     train.add_argument("--stock", action="store_true", help="the framework's own settings, no rlaccel")
+    train.add_argument("--drop-in", dest="dropin", action="store_true",
+                       help="the framework's own settings plus only the README's drop-in (tiered buffer and "
+                            "AccelerateCallback / SparseDenseWrapper with the preset), no hyper-parameter changed")
     train.add_argument("--logdir", default=None, help="where logs, model and config go (default runs/<task>-<time>)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="config override, e.g. --set batch_size=128 --set sampling_ratio=[0.5,0.5]")
@@ -217,7 +220,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = load_config(preset=args.preset or "classic_control", **overrides)
         logdir = args.logdir or f"runs/{args.framework}-{args.algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
         spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config,
-                         steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, eval_freq=args.eval_freq,
+                         steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, dropin=args.dropin,
+                         eval_freq=args.eval_freq,
                          wandb=args.wandb or config.monitoring.wandb,  # a flag overrides its config key
                          progress=config.monitoring.progress_bar and not args.no_progress,
                          hyperparams=_parse_overrides(args.hyperparams, "--hp"), async_mode=args.async_mode,

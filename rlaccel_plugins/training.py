@@ -35,6 +35,7 @@ class TrainSpec:
     seed: int = 0
     logdir: str | None = None
     stock: bool = False               # the framework's own settings, no rlaccel at all
+    dropin: bool = False              # the framework's own settings plus only the README's drop-in
     eval_freq: int = 2_000            # env steps between evaluations
     eval_episodes: int = 10
     stop_at: float | None = None      # stop when the evaluation mean reaches this (default: the task's threshold)
@@ -47,7 +48,7 @@ class TrainSpec:
     stop: Any = field(default=None, repr=False, compare=False)  # set by run_training: a StopSignal
     resume_from: Any = field(default=None, repr=False, compare=False)  # set by run_training: the Checkpoint
 
-    SAVED = ("framework", "algo", "env_id", "steps", "seed", "stock", "eval_freq", "eval_episodes", "stop_at",
+    SAVED = ("framework", "algo", "env_id", "steps", "seed", "stock", "dropin", "eval_freq", "eval_episodes", "stop_at",
              "hyperparams", "async_mode", "ray")
 
     def __post_init__(self) -> None:
@@ -60,6 +61,9 @@ class TrainSpec:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise invalid("--seed", "be an integer >= 0 (the frameworks seed numpy, which takes no negatives)",
                           self.seed)
+        if self.stock and self.dropin:
+            raise invalid("--drop-in", "not be given with --stock (--stock runs without rlaccel)", True,
+                          "Drop one of the two.")
         if self.logdir is not None and Path(self.logdir).exists() and not Path(self.logdir).is_dir():
             raise invalid("--logdir", "be a directory or a path that does not exist yet", str(self.logdir),
                           "It names an existing file: pick another path.")
@@ -89,8 +93,15 @@ class TrainSpec:
         return self.stop_at if self.stop_at is not None else THRESHOLDS.get(self.env_id)
 
     @property
+    def own_recipe(self) -> bool:
+        """Whether the framework's own hyper-parameters, envs and network are used (``stock``, ``dropin``)."""
+        return self.stock or self.dropin
+
+    @property
     def variant(self) -> str:
-        return "stock" if self.stock else f"rlaccel[{self.config.preset}]"
+        if self.stock:
+            return "stock"
+        return f"drop-in[{self.config.preset}]" if self.dropin else f"rlaccel[{self.config.preset}]"
 
     def summary(self) -> dict[str, Any]:
         """What identifies the run in its result."""

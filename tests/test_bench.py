@@ -82,7 +82,7 @@ def test_bench_command_writes_results_table_and_plots(tmp_path, capsys):
     results = json.loads((tmp_path / "results.json").read_text())
     variants = {r["variant"] for r in results["records"]}
     assert variants == {"sb3 stock (RL Zoo)", "tianshou rlaccel[classic_control, batch_size=64, replay_ratio=32]",
-                        "tianshou stock (example settings)"}
+                        "tianshou stock (example settings)", "tianshou drop-in[classic_control]"}
     for record in results["records"]:
         assert record["env_steps"] >= 1500 or record["seconds_to_threshold"] is not None
         assert record["peak_rss_mb"] > 50 and record["gradient_steps"] > 0 and record["curve"]

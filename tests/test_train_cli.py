@@ -124,6 +124,42 @@ def test_train_async_counts_every_step(framework, tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_drop_in_is_the_stock_recipe_plus_only_the_readme_drop_in(tmp_path, capsys):
+    from rlaccel_sb3 import AccelerateCallback, TieredReplayBuffer
+    from rlaccel_sb3.train import build
+    from rlaccel_tianshou import SparseDenseWrapper, TieredVectorReplayBuffer
+    from rlaccel_tianshou.train import TianshouTraining
+
+    from rlaccel_plugins.errors import ConfigError
+    from rlaccel_plugins.loader import load_config
+    from rlaccel_plugins.training import TrainSpec
+
+    def spec(framework, **flags):
+        return TrainSpec(framework=framework, algo="dqn", env_id="CartPole-v1",
+                         config=load_config(preset="classic_control"), steps=2_000, **flags)
+
+    (stock, _), (dropin, callbacks) = build(spec("sb3", stock=True)), build(spec("sb3", dropin=True))
+    for name in ("batch_size", "learning_rate", "buffer_size", "train_freq", "gradient_steps", "target_update_interval",
+                 "n_envs", "gamma", "exploration_fraction"):
+        assert getattr(dropin, name) == getattr(stock, name), name  # no hyper-parameter changed
+    assert dropin.policy_kwargs == stock.policy_kwargs
+    assert isinstance(dropin.replay_buffer, TieredReplayBuffer) and type(stock.replay_buffer) is not TieredReplayBuffer
+    assert dropin.replay_buffer.engine.capacity == stock.buffer_size  # the preset's tiers fitted into it
+    assert [type(c) for c in callbacks] == [AccelerateCallback]
+    stock_ts, dropin_ts = TianshouTraining(spec("tianshou", stock=True)), TianshouTraining(spec("tianshou", dropin=True))
+    assert (dropin_ts.batch, dropin_ts.ups, dropin_ts.num_envs, dropin_ts.hidden) == \
+        (stock_ts.batch, stock_ts.ups, stock_ts.num_envs, stock_ts.hidden)
+    assert isinstance(dropin_ts.buffer, TieredVectorReplayBuffer) and dropin_ts.buffer.maxsize == stock_ts.buffer.maxsize
+    assert isinstance(dropin_ts.algorithm, SparseDenseWrapper) and dropin_ts.algorithm.fused
+    with pytest.raises(ConfigError, match="--drop-in must not be given with --stock"):
+        spec("sb3", stock=True, dropin=True)
+    args = ["train", "--framework", "sb3", "--drop-in", "--steps", "1500", "--eval-freq", "1500", "--no-progress",
+            "--logdir", str(tmp_path)]
+    assert main(args) == 0
+    assert "drop-in[classic_control]:" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 @pytest.mark.parametrize("stock", [False, True])
 def test_tianshou_steps_is_a_cap_that_counts_the_warm_up(stock):
     from rlaccel_tianshou.train import TianshouTraining

@@ -36,7 +36,7 @@ def run_one(task: Task, variant: Variant, seed: int, torch_threads: int | None =
     config = variant_config(variant)
     hyperparams = dict(variant.hyperparams)
     spec = TrainSpec(framework=variant.framework, algo=variant.algo, env_id=task.env_id,
-                     config=config, steps=steps, seed=seed, stock=variant.stock,
+                     config=config, steps=steps, seed=seed, stock=variant.stock, dropin=variant.dropin,
                      eval_freq=task.eval_freq, progress=False, hyperparams=hyperparams,
                      stop_at=float("inf") if task.fixed_steps else None)
     started = time.perf_counter()

@@ -20,6 +20,7 @@ class Variant:
     framework: str
     algo: str = "dqn"
     stock: bool = False
+    dropin: bool = False              # the stock recipe plus only the README's drop-in (with ``preset``)
     preset: str = "classic_control"
     overrides: dict[str, Any] = field(default_factory=dict)
     hyperparams: dict[str, Any] = field(default_factory=dict)
@@ -56,6 +57,13 @@ PPO_SB3 = Variant("sb3 PPO stock (RL Zoo)", "sb3", algo="ppo", stock=True, role=
 FRAMEWORK_OVERRIDES = {("tianshou", "classic_control"): {"batch_size": 64, "replay_ratio": 32}}
 
 
+def drop_in(framework: str, preset: str, algo: str = "dqn") -> Variant:
+    """The framework's stock recipe with only the drop-in the README shows (tiered buffer, and the
+    callback / wrapper with fused updates) for ``preset``; no hyper-parameter changed."""
+    shown = f"{framework} {algo.upper() + ' ' if algo != 'dqn' else ''}drop-in[{preset}]"
+    return Variant(shown, framework, algo=algo, dropin=True, preset=preset)
+
+
 def accelerated(framework: str, preset: str) -> Variant:
     overrides = FRAMEWORK_OVERRIDES.get((framework, preset), {})
     shown = "".join(f", {k}={v}" for k, v in overrides.items())
@@ -82,8 +90,8 @@ def ablations(framework: str, preset: str) -> tuple[Variant, ...]:
 
 
 def _classic(env_id: str, steps: int, eval_freq: int = 1_000, requires: str | None = None) -> Task:
-    variants = (STOCK_SB3, accelerated("sb3", "classic_control"), accelerated("tianshou", "classic_control"),
-                STOCK_TIANSHOU)
+    variants = (STOCK_SB3, drop_in("sb3", "classic_control"), accelerated("sb3", "classic_control"),
+                accelerated("tianshou", "classic_control"), STOCK_TIANSHOU, drop_in("tianshou", "classic_control"))
     return Task(env_id, steps, eval_freq, variants, requires=requires)
 
 
@@ -96,8 +104,10 @@ def _in_precision(framework: str, dtype: str, preset: str = "classic_control") -
 SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
     "quick": ("CartPole-v1 DQN, SB3 and Tianshou (about 10 minutes on 2 cores with 5 seeds)", (
         Task("CartPole-v1", 100_000, 1_000, (
-            STOCK_SB3, accelerated("sb3", "classic_control"), accelerated("tianshou", "classic_control"),
-            replace(STOCK_TIANSHOU, steps=40_000), PPO_SB3)),)),
+            STOCK_SB3, drop_in("sb3", "classic_control"), accelerated("sb3", "classic_control"),
+            accelerated("tianshou", "classic_control"), replace(STOCK_TIANSHOU, steps=40_000),
+            replace(drop_in("tianshou", "classic_control"), steps=40_000), PPO_SB3,
+            drop_in("sb3", "classic_control", algo="ppo"))),)),
     "precision": ("CartPole-v1 DQN with the update path in fp32, bf16 and fp16 (loss-scaled): same results?", (
         Task("CartPole-v1", 60_000, 1_000, tuple(
             _in_precision(fw, dtype) for fw in ("sb3", "tianshou") for dtype in ("fp32", "bf16", "fp16"))),)),
@@ -137,7 +147,8 @@ def get_suite(name: str, frameworks: tuple[str, ...] = ("sb3", "tianshou"), abla
             from rlaccel_plugins.loader import get_preset
 
             get_preset(preset)  # unknown names fail here, with a suggestion
-            variants = [v if v.stock else _in_precision(v.framework, v.overrides["dtype"], preset)
+            variants = [v if v.stock else drop_in(v.framework, preset, v.algo) if v.dropin
+                        else _in_precision(v.framework, v.overrides["dtype"], preset)
                         if "dtype" in v.overrides else accelerated(v.framework, preset) for v in variants]
         if ablate:
             base = preset or next((v.preset for v in task.variants if v.role == "accelerated"), "default")

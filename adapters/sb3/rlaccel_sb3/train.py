@@ -15,6 +15,7 @@ step), which then sets the gradient steps per update.
 from __future__ import annotations
 
 import copy
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.parallel.atari import is_atari
+from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, update_cadence
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import AccelerateCallback, SparseDenseCallback
@@ -90,7 +92,7 @@ def build(spec: TrainSpec):
     callbacks: list[BaseCallback] = []
     if spec.config.training.device != "auto":  # training.device, on every model rlaccel builds
         kwargs["device"] = spec.config.training.device  # ("auto": SB3's own choice, as without rlaccel)
-    if not spec.stock:
+    if not spec.own_recipe:
         training = spec.config.training
         hw = resolve_auto(spec.config)
         is_off_policy = cls not in (PPO, A2C)
@@ -111,11 +113,17 @@ def build(spec: TrainSpec):
         if training.net_arch != "auto" and not is_atari(spec.env_id):
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
         callbacks.append(AccelerateCallback(config=spec.config))
+    if spec.dropin:  # the README's drop-in on the framework's own recipe: nothing else changes
+        if cls not in (PPO, A2C):
+            buffer_size = kwargs.get("buffer_size", inspect.signature(cls).parameters["buffer_size"].default)
+            replay = tiers_for_capacity(spec.config.replay_buffer, buffer_size, n_envs, preset=spec.config.preset)
+            kwargs.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(replay_config=replay))
+        callbacks.append(AccelerateCallback(config=spec.config))
     kwargs.update(spec.hyperparams)
     if kwargs.get("replay_buffer_class") is TieredReplayBuffer and kwargs.get("n_steps", 1) > 1:
         # SB3 ignores n_steps with a custom buffer class: hand it to ours, which computes the same returns
         kwargs["replay_buffer_kwargs"].update(n_steps=kwargs.pop("n_steps"), gamma=kwargs.get("gamma", 0.99))
-    env = make_env(spec.env_id, n_envs, spec.seed, accelerated=not spec.stock)
+    env = make_env(spec.env_id, n_envs, spec.seed, accelerated=not spec.own_recipe)
     tensorboard = spec.logdir if spec.logdir and spec.config.monitoring.tensorboard else None
     policy = "CnnPolicy" if is_atari(spec.env_id) else "MlpPolicy"
     model = cls(policy, env, seed=spec.seed, tensorboard_log=tensorboard, verbose=0, **kwargs)
@@ -128,7 +136,7 @@ class _EvalAndProgress(BaseCallback):
     def __init__(self, spec: TrainSpec, progress, clock: EvalClock, sparse: SparseDenseCallback | None) -> None:
         super().__init__()
         self.spec, self.progress, self.clock, self.sparse = spec, progress, clock, sparse
-        self.eval_env = make_env(spec.env_id, 1, spec.seed + 10_000, accelerated=not spec.stock, evaluation=True)
+        self.eval_env = make_env(spec.env_id, 1, spec.seed + 10_000, accelerated=not spec.own_recipe, evaluation=True)
         self.cadence = EnvStepCadence(spec.eval_freq)
 
     def _on_training_start(self) -> None:  # a resumed run continues the evaluation cadence
@@ -242,7 +250,7 @@ class Sb3Training:
                                     chunk_steps=spec.ray["chunk_steps"], max_in_flight=spec.ray["max_in_flight"],
                                     sync_interval=spec.config.training.sync_interval, callback=callback,
                                     reset_num_timesteps=resumed is None, address=spec.ray["address"],
-                                    accelerated=not spec.stock, on_metrics=show).metrics
+                                    accelerated=not spec.own_recipe, on_metrics=show).metrics
         elif spec.async_mode:
             from rlaccel_sb3.async_learn import learn_async
 

@@ -28,6 +28,7 @@ from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
+from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.checkpointing import Checkpoints, StoppedBySignal
@@ -52,11 +53,15 @@ class TianshouTraining:
         probe = gym.make(spec.env_id)
         self.obs_dim, self.n_actions = int(np.prod(probe.observation_space.shape)), int(probe.action_space.n)
         training, hardware = spec.config.training, resolve_auto(spec.config)
-        if spec.stock:
+        if spec.own_recipe:
             self.num_envs = NUM_ENVS
             self.hidden = [128] * 4
             self.eps, lr, gamma, target, self.batch, self.ups = 0.1, 1e-3, 0.9, 320, 64, 0.1
-            self.buffer = VectorReplayBuffer(20_000, self.num_envs)
+            if spec.dropin:  # the README's drop-in: the same size, tiered by the preset
+                replay = tiers_for_capacity(spec.config.replay_buffer, 20_000, self.num_envs, preset=spec.config.preset)
+                self.buffer = TieredVectorReplayBuffer(20_000, self.num_envs, replay_config=replay)
+            else:
+                self.buffer = VectorReplayBuffer(20_000, self.num_envs)
         else:
             self.num_envs = hardware.parallel_envs
             self.hidden = [256, 256] if training.net_arch == "auto" else list(training.net_arch)
@@ -71,7 +76,7 @@ class TianshouTraining:
         net = net.to(hardware.device)  # training.device
         self.policy = DiscreteQLearningPolicy(model=net, action_space=probe.action_space, eps_training=self.eps,
                                               eps_inference=0.0)
-        n_step = 3 if spec.stock or spec.config.replay_buffer.n_step == "auto" else spec.config.replay_buffer.n_step
+        n_step = 3 if spec.own_recipe or spec.config.replay_buffer.n_step == "auto" else spec.config.replay_buffer.n_step
         algorithm = DQN(policy=self.policy, optim=AdamOptimizerFactory(lr=lr), gamma=gamma,
                         n_step_return_horizon=n_step, target_update_freq=target)
         self.algorithm = algorithm if spec.stock else SparseDenseWrapper(algorithm, config=spec.config)
@@ -86,7 +91,7 @@ class TianshouTraining:
             self.buffer = buffer
             offset = saved["env_steps"]
             policy.set_eps_training(saved.get("eps_training", self.eps))
-        training_collector = Collector(algorithm, make_envs(spec.env_id, num_envs, spec.seed + offset, not spec.stock),
+        training_collector = Collector(algorithm, make_envs(spec.env_id, num_envs, spec.seed + offset, not spec.own_recipe),
                                        buffer, exploration_noise=True)
         eval_collector = Collector(algorithm, make_envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
         training_collector.reset(reset_buffer=not spec.resume)
@@ -216,7 +221,7 @@ class _Run:
     def collected(self, env_step: int) -> None:
         """Before each collection step (``env_step`` counts the steps collected since ``offset``)."""
         self.env_step = self.offset + env_step
-        if not self.spec.stock:
+        if not self.spec.own_recipe:
             self.policy.set_eps_training(_epsilon(self.env_step))
         self.monitor.report(self.env_step)
         self.checkpoints.poll(self.env_step, {"eps_training": self.policy.eps_training})
