@@ -216,7 +216,5 @@ class AccelerateCallback(SparseDenseCallback):
         from rlaccel_plugins.fused.selection import select_fused
         from rlaccel_sb3.fused import SUPPORTED, fused_train_for
 
-        if self.config.training.fused_updates is False:
-            return None
         return select_fused(self.config.training.fused_updates, fused_train_for(self.model),
                             algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED)

@@ -20,7 +20,6 @@ see ``tests/test_sb3_fused.py`` for the tolerance and where the op order differs
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,13 +29,13 @@ import torch.nn.functional as F
 
 from rlaccel_plugins.fused import OptimizerKernels
 
-log = logging.getLogger("rlaccel")
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
 
 
-def fused_train_for(model) -> Callable[[int, int], None] | None:
-    """The fused ``train(gradient_steps, batch_size)`` of ``model``'s algorithm, or None where there is
-    no equivalence-tested one (an algorithm subclass that overrides ``train`` has none)."""
+def fused_train_for(model) -> Callable[..., None] | None:
+    """The fused ``train`` of ``model``'s algorithm, with SB3's signature (``(gradient_steps, batch_size)``
+    off-policy, ``()`` on-policy), or None where there is no equivalence-tested one (an algorithm
+    subclass that overrides ``train`` has none)."""
     from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 
     own = type(model).train

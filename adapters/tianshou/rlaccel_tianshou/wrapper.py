@@ -224,8 +224,6 @@ def _fused_update(algorithm, config: AccelConfig):
     from rlaccel_plugins.fused.selection import select_fused
     from rlaccel_tianshou.fused import SUPPORTED, fused_update_for
 
-    if config.training.fused_updates is False:
-        return None
     return select_fused(config.training.fused_updates, fused_update_for(algorithm), algorithm=type(algorithm).__name__,
                         framework="Tianshou", supported=[f"{name} on a Tianshou Net" for name in SUPPORTED])
 
