@@ -1,7 +1,8 @@
 """`rlaccel demo`: stock vs rlaccel SB3 DQN on CartPole-v1, side by side, with plots.
 
 The demo is the ``quick`` bench suite restricted to SB3: stock SB3 DQN with RL Zoo's settings (the
-yardstick), the same agent with rlaccel, and RL Zoo's PPO as the fastest stock option for reference.
+yardstick), the same settings with only the README's drop-in, the agent with rlaccel's recipe, and RL
+Zoo's PPO (the fastest stock option) with and without the drop-in.
 """
 
 from __future__ import annotations

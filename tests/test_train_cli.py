@@ -79,7 +79,8 @@ def test_demo_writes_results_and_plot(tmp_path, capsys):
     assert main(["demo", "--steps", "2000", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert [row["variant"] for row in results["summary"]] == [
-        "sb3 stock (RL Zoo)", "sb3 rlaccel[classic_control]", "sb3 PPO stock (RL Zoo)"]
+        "sb3 stock (RL Zoo)", "sb3 drop-in[classic_control]", "sb3 rlaccel[classic_control]",
+        "sb3 PPO stock (RL Zoo)", "sb3 PPO drop-in[classic_control]"]
     assert all(r["env_steps"] >= 2000 or r["seconds_to_threshold"] is not None for r in results["records"])
     assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
     out = capsys.readouterr().out
