@@ -92,10 +92,10 @@ def build(spec: TrainSpec):
     callbacks: list[BaseCallback] = []
     if spec.config.training.device != "auto":  # training.device, on every model rlaccel builds
         kwargs["device"] = spec.config.training.device  # ("auto": SB3's own choice, as without rlaccel)
+    is_off_policy = cls not in (PPO, A2C)
     if not spec.own_recipe:
         training = spec.config.training
         hw = resolve_auto(spec.config)
-        is_off_policy = cls not in (PPO, A2C)
         if is_off_policy:
             kwargs.update(batch_size=training.batch_size, learning_rate=training.learning_rate)
             old_envs, n_envs = n_envs, hw.parallel_envs
@@ -112,12 +112,11 @@ def build(spec: TrainSpec):
                 kwargs["n_steps"] = rb.n_step  # handed to the tiered buffer below
         if training.net_arch != "auto" and not is_atari(spec.env_id):
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
-        callbacks.append(AccelerateCallback(config=spec.config))
-    if spec.dropin:  # the README's drop-in on the framework's own recipe: nothing else changes
-        if cls not in (PPO, A2C):
-            buffer_size = kwargs.get("buffer_size", inspect.signature(cls).parameters["buffer_size"].default)
-            replay = tiers_for_capacity(spec.config.replay_buffer, buffer_size, n_envs, preset=spec.config.preset)
-            kwargs.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(replay_config=replay))
+    if spec.dropin and is_off_policy:  # the README's drop-in on the framework's own recipe: nothing else changes
+        buffer_size = kwargs.get("buffer_size", inspect.signature(cls).parameters["buffer_size"].default)
+        replay = tiers_for_capacity(spec.config.replay_buffer, buffer_size, n_envs, preset=spec.config.preset)
+        kwargs.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(replay_config=replay))
+    if not spec.stock:
         callbacks.append(AccelerateCallback(config=spec.config))
     kwargs.update(spec.hyperparams)
     if kwargs.get("replay_buffer_class") is TieredReplayBuffer and kwargs.get("n_steps", 1) > 1:
