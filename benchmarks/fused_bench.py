@@ -32,13 +32,13 @@ import torch.nn.functional as F
 SIZES = [((64, 64), 64), ((256, 256), 256)]  # (hidden layers, batch size)
 
 
-def build(algo: str, hidden: tuple[int, ...]):
+def build(algo: str, hidden: tuple[int, ...], device: str = "cpu"):
     from sb3_contrib import QRDQN
     from stable_baselines3 import DQN, SAC, TD3
 
     cls = {"dqn": DQN, "qrdqn": QRDQN, "sac": SAC, "td3": TD3}[algo]
     env = "CartPole-v1" if algo in ("dqn", "qrdqn") else "Pendulum-v1"
-    model = cls("MlpPolicy", env, learning_starts=100_000, seed=0, device="cpu",
+    model = cls("MlpPolicy", env, learning_starts=100_000, seed=0, device=device,
                 policy_kwargs=dict(net_arch=list(hidden)))
     model.learn(5_000)  # fills the buffer; no update yet
     return model

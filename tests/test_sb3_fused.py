@@ -26,7 +26,7 @@ pytestmark = pytest.mark.needs("stable_baselines3", "sb3_contrib")
 STEPS, CALLS = 8, 25  # 25 train() calls of 8 gradient steps: 200 steps
 
 
-def _filled(algo: str, buffer: str, seed: int = 3):
+def _filled(algo: str, buffer: str, seed: int = 3, device: str = "cpu"):
     """A model whose buffer holds 1,500 transitions and which has not trained yet."""
     from rlaccel_sb3 import TieredReplayBuffer
     from sb3_contrib import QRDQN
@@ -45,7 +45,7 @@ def _filled(algo: str, buffer: str, seed: int = 3):
     cls = {"DQN": DQN, "QRDQN": QRDQN, "SAC": SAC, "TD3": TD3, "DDPG": DDPG}[algo]
     env = "CartPole-v1" if algo in ("DQN", "QRDQN") else "Pendulum-v1"
     model = cls("MlpPolicy", env, learning_starts=10_000, seed=seed, policy_kwargs=dict(net_arch=[64, 64]),
-                **kwargs)
+                device=device, **kwargs)
     model.learn(1_500)
     return model
 

@@ -22,13 +22,15 @@ class OptimizerKernels:
     ``fused`` with ``fused=True``, and back. Optimizers of other classes, or already set explicitly,
     are left alone.
 
+    With ``capturable=True`` (CUDA-graph capture) the step counts move to the parameters' device too.
     Use as a context manager, or call :meth:`apply` / :meth:`restore` (idempotent).
     """
 
-    def __init__(self, optimizers: Iterable[torch.optim.Optimizer], fused: bool = False) -> None:
+    def __init__(self, optimizers: Iterable[torch.optim.Optimizer], fused: bool = False,
+                 capturable: bool = False) -> None:
         self.optimizers = [o for o in optimizers if isinstance(o, MULTI_TENSOR)]
-        self.fused = fused
-        self._saved: list[tuple[dict, object, object]] = []
+        self.fused, self.capturable = fused, capturable
+        self._saved: list[tuple[torch.optim.Optimizer, dict, object, object, object]] = []
 
     def apply(self) -> OptimizerKernels:
         if self._saved:
@@ -37,23 +39,24 @@ class OptimizerKernels:
             for group in optimizer.param_groups:
                 if group.get("foreach") or group.get("fused") or group.get("differentiable"):
                     continue  # the user's explicit choice
-                self._saved.append((group, group.get("foreach"), group.get("fused")))
+                self._saved.append((optimizer, group, group.get("foreach"), group.get("fused"),
+                                    group.get("capturable")))
                 if self.fused and "fused" in group:
                     group["foreach"], group["fused"] = False, True
-                    _move_steps(optimizer, group, to_param_device=True)
                 else:
                     group["foreach"] = True
+                if self.capturable and "capturable" in group:
+                    group["capturable"] = True
+                _move_steps(optimizer, group)
         return self
 
     def restore(self) -> None:
-        for group, foreach, fused in self._saved:
-            if group.get("fused") and not fused:
-                for optimizer in self.optimizers:
-                    if any(g is group for g in optimizer.param_groups):
-                        _move_steps(optimizer, group, to_param_device=False)
+        for optimizer, group, foreach, fused, capturable in self._saved:
             group["foreach"] = foreach
-            if "fused" in group:
-                group["fused"] = fused
+            for key, value in (("fused", fused), ("capturable", capturable)):
+                if key in group:
+                    group[key] = value
+            _move_steps(optimizer, group)
         self._saved = []
 
     def __enter__(self) -> OptimizerKernels:  # noqa: PYI034 - typing.Self needs Python 3.11
@@ -63,12 +66,13 @@ class OptimizerKernels:
         self.restore()
 
 
-def _move_steps(optimizer: torch.optim.Optimizer, group: dict, to_param_device: bool) -> None:
-    """Fused kernels keep the step count on the parameter's device; the loop keeps it on the CPU."""
+def _move_steps(optimizer: torch.optim.Optimizer, group: dict) -> None:
+    """Fused and capturable kernels keep the step count on the parameter's device; the loop on the CPU."""
+    on_device = group.get("fused") or group.get("capturable")
     for p in group["params"]:
         step = optimizer.state.get(p, {}).get("step")
-        if torch.is_tensor(step) and not group.get("capturable"):
-            optimizer.state[p]["step"] = step.to(p.device if to_param_device else "cpu")
+        if torch.is_tensor(step):
+            optimizer.state[p]["step"] = step.to(p.device if on_device else "cpu")
 
 
 @torch.no_grad()

@@ -148,6 +148,8 @@ class SparseDenseCallback(BaseCallback):
 
         train._rlaccel_train = True
         train._rlaccel_fused = fused is not None
+        train.release = getattr(fused, "release", None)  # a fused train's CUDA graphs
+        train.graphs = getattr(fused, "graphs", None)
         override_train(model, train)
 
     @property
@@ -216,5 +218,5 @@ class AccelerateCallback(SparseDenseCallback):
         from rlaccel_plugins.fused.selection import select_fused
         from rlaccel_sb3.fused import SUPPORTED, fused_train_for
 
-        return select_fused(self.config.training.fused_updates, fused_train_for(self.model),
+        return select_fused(self.config.training.fused_updates, fused_train_for(self.model, guard=self.guard),
                             algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED)

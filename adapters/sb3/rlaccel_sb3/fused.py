@@ -20,6 +20,7 @@ see ``tests/test_sb3_fused.py`` for the tolerance and where the op order differs
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -28,26 +29,35 @@ import torch
 import torch.nn.functional as F
 
 from rlaccel_plugins.fused import OptimizerKernels
+from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
 
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
 
 
-def fused_train_for(model) -> Callable[..., None] | None:
+def fused_train_for(model, guard=None, cuda_graphs: bool = True) -> Callable[..., None] | None:
     """The fused ``train`` of ``model``'s algorithm, with SB3's signature (``(gradient_steps, batch_size)``
     off-policy, ``()`` on-policy), or None where there is no equivalence-tested one (an algorithm
-    subclass that overrides ``train`` has none)."""
+    subclass that overrides ``train`` has none).
+
+    On a CUDA device DQN, QR-DQN, SAC, TD3 and DDPG steps run as captured CUDA graphs
+    (:class:`~rlaccel_plugins.fused.graphs.StepGraphs`) unless ``cuda_graphs=False``; ``guard`` is the
+    :class:`~rlaccel_plugins.updates.guard.GradientGuard` the caller attaches to the model's optimizers
+    (checked on the device there). The returned function's ``release()`` drops the graphs and puts the
+    optimizers' kernels back (the callback calls it when it removes the override).
+    """
     from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 
     own = type(model).train
+    graphs = _GraphsPerModel(model, guard, cuda_graphs)
     if own is DQN.train:
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss)
+            _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs)
     elif own is SAC.train:
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _sac_train(model, gradient_steps, batch_size)
+            _sac_train(model, gradient_steps, batch_size, graphs)
     elif own is TD3.train:  # DDPG too: SB3's DDPG is TD3 with one critic and no delay
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _td3_train(model, gradient_steps, batch_size)
+            _td3_train(model, gradient_steps, batch_size, graphs)
     elif own is PPO.train:
         def train() -> None:
             _ppo_train(model)
@@ -57,11 +67,71 @@ def fused_train_for(model) -> Callable[..., None] | None:
                 A2C.train(model)
     elif own is _qrdqn_train():
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss)
+            _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs)
     else:
         return None
     train.__doc__ = f"rlaccel's fused {type(model).__name__}.train (same math, fewer ops)"
+    train.release = graphs.release
+    train.graphs = graphs
     return train
+
+
+class _GraphsPerModel:
+    """The model's :class:`StepGraphs` (one per step function), kept from one ``train()`` call to the
+    next — a captured graph holds the addresses of the parameters, gradients and optimizer state — and
+    dropped when those change (``optimizer.load_state_dict``) or on :meth:`release`."""
+
+    def __init__(self, model, guard, cuda_graphs: bool) -> None:
+        self.model, self.guard, self.cuda_graphs = model, guard, cuda_graphs
+        self.steps: StepGraphs | None = None
+        self.reason: str | None = None  # why the steps run eagerly on a CUDA device
+        self._fingerprint: tuple | None = None
+
+    def get(self, step: Callable, optimizers: list, observations) -> StepGraphs:
+        """The graphs for ``step`` (built on the first call; ``step`` must be the same function each time)."""
+        if self.steps is not None and _fingerprint(optimizers) != self._fingerprint:
+            self.release()
+        if self.steps is None:
+            enabled = self.cuda_graphs and self.model.device.type == "cuda"
+            if enabled:
+                self.reason = graphs_possible(optimizers, self.guard) or (
+                    "dict observations" if isinstance(observations, dict) else None) or (
+                    "gSDE" if getattr(self.model, "use_sde", False) else None)
+                enabled = self.reason is None
+            self.steps = StepGraphs(step, optimizers, enabled=enabled, guard=self.guard).apply()
+        self.steps.step = step
+        return self.steps
+
+    def finish(self, optimizers: list) -> None:
+        """End of a ``train()`` call: the guard's device counters, and the storage the graphs hold."""
+        if self.steps is not None:
+            self.steps.flush()
+            self._fingerprint = _fingerprint(optimizers)
+
+    @property
+    def captured(self) -> int:
+        return self.steps.captured if self.steps is not None else 0
+
+    def release(self) -> None:
+        if self.steps is not None:
+            self.steps.restore()
+            self.steps = None
+
+
+def _fingerprint(optimizers: list) -> tuple:
+    """The storage of every parameter and optimizer-state tensor: what a captured graph has baked in."""
+    return tuple((p.data_ptr(), *(v.data_ptr() for v in o.state.get(p, {}).values() if torch.is_tensor(v)))
+                 for o in optimizers for g in o.param_groups for p in g["params"])
+
+
+def _step_key(steps: StepGraphs, parameters: list, optimizers: list, inputs: tuple, *branches) -> tuple | None:
+    """What changes a captured step (None when nothing is captured): which parameters get gradients
+    (the sparse/dense phase), the learning rates, the inputs' shapes (constants: their values), and the
+    caller's host-side branches."""
+    if not steps.enabled:
+        return None
+    return (tuple(p.requires_grad for p in parameters), tuple(g["lr"] for o in optimizers for g in o.param_groups),
+            tuple(x.shape if torch.is_tensor(x) else x for x in inputs), *branches)
 
 
 def _qrdqn_train():
@@ -159,31 +229,40 @@ def _flat(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------- value-based
-def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callable, loss_of: Callable) -> None:
+def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callable, loss_of: Callable,
+                 graphs: _GraphsPerModel) -> None:
     """DQN-style ``train()``: the target network is fixed for the call, so all targets come first."""
     policy = model.policy
     policy.set_training_mode(True)
     model._update_learning_rate(policy.optimizer)
-    if gradient_steps <= 0:
-        losses = []
-    else:
+    losses = []
+    if gradient_steps > 0:
         batches = draw_batches(model, gradient_steps, batch_size)
         discounts = batches.discounts if batches.discounts is not None else model.gamma
         with torch.no_grad():
             targets = targets_of(model, batches, discounts, gradient_steps, batch_size)
         parameters = list(policy.parameters())
-        losses = []
-        with OptimizerKernels([policy.optimizer]):
+        optimizers = [policy.optimizer]
+
+        def step(observations, actions, target, weights=None):
+            loss, weighted = loss_of(model, observations, actions, target, weights, batch_size)
+            policy.optimizer.zero_grad()
+            weighted.backward()
+            if model.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(parameters, model.max_grad_norm, foreach=True)
+            steps.optimizer_step(policy.optimizer)
+            return (loss.detach(),)
+
+        steps = graphs.get(step, optimizers, batches.observations)
+        with OptimizerKernels(optimizers):
             for i in range(gradient_steps):
                 observations, actions = batches.step(i)
-                weights = batches.weights[i] if batches.weights is not None else None
-                loss, weighted = loss_of(model, observations, actions, targets[i], weights, batch_size)
-                losses.append(loss.detach())
-                policy.optimizer.zero_grad()
-                weighted.backward()
-                if model.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(parameters, model.max_grad_norm, foreach=True)
-                policy.optimizer.step()
+                inputs = (observations, actions, targets[i])
+                if batches.weights is not None:
+                    inputs += (batches.weights[i],)
+                (loss,) = steps.run(_step_key(steps, parameters, optimizers, inputs), inputs)
+                losses.append(loss)
+        graphs.finish(optimizers)
     model._n_updates += gradient_steps
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
     model.logger.record("train/loss", _mean(losses) if losses else np.nan)
@@ -252,53 +331,73 @@ def _mean(values: list[torch.Tensor]) -> float:
     return np.mean(torch.stack(values).double().cpu().numpy())
 
 
-def _td3_train(model, gradient_steps: int, batch_size: int) -> None:
+def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerModel) -> None:
     from rlaccel_plugins.fused import polyak_update_
 
     actor, critic = model.actor, model.critic
     model.policy.set_training_mode(True)
-    model._update_learning_rate([actor.optimizer, critic.optimizer])
+    optimizers = [actor.optimizer, critic.optimizer]
+    model._update_learning_rate(optimizers)
     actor_losses, critic_losses = [], []
     if gradient_steps > 0:
         batches = draw_batches(model, gradient_steps, batch_size)
         critic_pairs = list(critic.parameters()), list(model.critic_target.parameters())
         actor_pairs = list(actor.parameters()), list(model.actor_target.parameters())
-        with OptimizerKernels([actor.optimizer, critic.optimizer]):
+        parameters = [*critic_pairs[0], *actor_pairs[0]]
+
+        def step(observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
+                 update_actor: bool):
+            with torch.no_grad():
+                noise = actions.clone().data.normal_(0, model.target_policy_noise)
+                noise = noise.clamp(-model.target_noise_clip, model.target_noise_clip)
+                next_actions = (model.actor_target(next_observations) + noise).clamp(-1, 1)
+                next_q = torch.cat(model.critic_target(next_observations, next_actions), dim=1)
+                next_q, _ = torch.min(next_q, dim=1, keepdim=True)
+                target = rewards + (1 - dones) * discounts * next_q
+            critic_loss, weighted = _critic_losses(critic(observations, actions), target, weights)
+            critic.optimizer.zero_grad()
+            weighted.backward()
+            steps.optimizer_step(critic.optimizer)
+            if not update_actor:
+                return (critic_loss.detach(),)
+            actor_loss = -critic.q1_forward(observations, actor(observations)).mean()
+            actor.optimizer.zero_grad()
+            actor_loss.backward()
+            steps.optimizer_step(actor.optimizer)
+            polyak_update_(*critic_pairs, model.tau)
+            polyak_update_(*actor_pairs, model.tau)
+            polyak_update_(model.critic_batch_norm_stats, model.critic_batch_norm_stats_target, 1.0)
+            polyak_update_(model.actor_batch_norm_stats, model.actor_batch_norm_stats_target, 1.0)
+            return critic_loss.detach(), actor_loss.detach()
+
+        steps = graphs.get(step, optimizers, batches.observations)
+        with OptimizerKernels(optimizers):
             for i in range(gradient_steps):
                 model._n_updates += 1
-                observations, actions = batches.step(i)
-                next_observations = _index(batches.next_observations, i)
-                discounts = batches.discounts[i] if batches.discounts is not None else model.gamma
-                with torch.no_grad():
-                    noise = actions.clone().data.normal_(0, model.target_policy_noise)
-                    noise = noise.clamp(-model.target_noise_clip, model.target_noise_clip)
-                    next_actions = (model.actor_target(next_observations) + noise).clamp(-1, 1)
-                    next_q = torch.cat(model.critic_target(next_observations, next_actions), dim=1)
-                    next_q, _ = torch.min(next_q, dim=1, keepdim=True)
-                    target = batches.rewards[i] + (1 - batches.dones[i]) * discounts * next_q
-                weights = batches.weights[i] if batches.weights is not None else None
-                critic_loss, weighted = _critic_losses(critic(observations, actions), target, weights)
-                critic_losses.append(critic_loss.detach())
-                critic.optimizer.zero_grad()
-                weighted.backward()
-                critic.optimizer.step()
-                if model._n_updates % model.policy_delay == 0:
-                    actor_loss = -critic.q1_forward(observations, actor(observations)).mean()
-                    actor_losses.append(actor_loss.detach())
-                    actor.optimizer.zero_grad()
-                    actor_loss.backward()
-                    actor.optimizer.step()
-                    polyak_update_(*critic_pairs, model.tau)
-                    polyak_update_(*actor_pairs, model.tau)
-                    polyak_update_(model.critic_batch_norm_stats, model.critic_batch_norm_stats_target, 1.0)
-                    polyak_update_(model.actor_batch_norm_stats, model.actor_batch_norm_stats_target, 1.0)
+                update_actor = model._n_updates % model.policy_delay == 0
+                inputs = _actor_critic_inputs(model, batches, i)
+                steps.step = functools.partial(step, update_actor=update_actor)
+                outputs = steps.run(_step_key(steps, parameters, optimizers, inputs, update_actor), inputs)
+                critic_losses.append(outputs[0])
+                if update_actor:
+                    actor_losses.append(outputs[1])
+        graphs.finish(optimizers)
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
     if actor_losses:
         model.logger.record("train/actor_loss", _mean(actor_losses))
     model.logger.record("train/critic_loss", _mean(critic_losses) if critic_losses else np.nan)
 
 
-def _sac_train(model, gradient_steps: int, batch_size: int) -> None:
+def _actor_critic_inputs(model, batches: _Batches, i: int) -> tuple:
+    """Step ``i``'s tensors, in the order the actor-critic step functions take them."""
+    observations, actions = batches.step(i)
+    discounts = batches.discounts[i] if batches.discounts is not None else model.gamma
+    inputs = (observations, actions, _index(batches.next_observations, i), batches.rewards[i], batches.dones[i],
+              discounts)
+    return inputs + (batches.weights[i],) if batches.weights is not None else inputs
+
+
+def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerModel) -> None:
     from rlaccel_plugins.fused import polyak_update_
 
     actor, critic = model.actor, model.critic
@@ -311,50 +410,61 @@ def _sac_train(model, gradient_steps: int, batch_size: int) -> None:
     if gradient_steps > 0:
         batches = draw_batches(model, gradient_steps, batch_size)
         critic_pairs = list(critic.parameters()), list(model.critic_target.parameters())
+        parameters = [*critic_pairs[0], *actor.parameters()]
+        tuned = model.ent_coef_optimizer is not None and model.log_ent_coef is not None
+
+        def step(observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
+                 update_target: bool):
+            if model.use_sde:
+                actor.reset_noise()
+            actions_pi, log_prob = actor.action_log_prob(observations)
+            log_prob = log_prob.reshape(-1, 1)
+            outputs = ()
+            if tuned:
+                ent_coef = torch.exp(model.log_ent_coef.detach())
+                ent_coef_loss = -(model.log_ent_coef * (log_prob + model.target_entropy).detach()).mean()
+                outputs = (ent_coef_loss.detach(),)
+                model.ent_coef_optimizer.zero_grad()
+                ent_coef_loss.backward()
+                steps.optimizer_step(model.ent_coef_optimizer)
+            else:
+                ent_coef = model.ent_coef_tensor
+            outputs += (ent_coef.detach().reshape(()),)
+            with torch.no_grad():
+                next_actions, next_log_prob = actor.action_log_prob(next_observations)
+                next_q = torch.cat(model.critic_target(next_observations, next_actions), dim=1)
+                next_q, _ = torch.min(next_q, dim=1, keepdim=True)
+                next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
+                target = rewards + (1 - dones) * discounts * next_q
+            critic_loss, weighted = _critic_losses(critic(observations, actions), target, weights)
+            critic_loss, weighted = 0.5 * critic_loss, 0.5 * weighted
+            critic.optimizer.zero_grad()
+            weighted.backward()
+            steps.optimizer_step(critic.optimizer)
+            q_values_pi = torch.cat(critic(observations, actions_pi), dim=1)
+            min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
+            actor_loss = (ent_coef * log_prob - min_qf_pi).mean()
+            actor.optimizer.zero_grad()
+            actor_loss.backward()
+            steps.optimizer_step(actor.optimizer)
+            if update_target:
+                polyak_update_(*critic_pairs, model.tau)
+                polyak_update_(model.batch_norm_stats, model.batch_norm_stats_target, 1.0)
+            return (*outputs, critic_loss.detach(), actor_loss.detach())
+
+        steps = graphs.get(step, optimizers, batches.observations)
         with OptimizerKernels(optimizers):
             for gradient_step in range(gradient_steps):
-                observations, actions = batches.step(gradient_step)
-                next_observations = _index(batches.next_observations, gradient_step)
-                discounts = batches.discounts[gradient_step] if batches.discounts is not None else model.gamma
-                if model.use_sde:
-                    actor.reset_noise()
-                actions_pi, log_prob = actor.action_log_prob(observations)
-                log_prob = log_prob.reshape(-1, 1)
-                ent_coef_loss = None
-                if model.ent_coef_optimizer is not None and model.log_ent_coef is not None:
-                    ent_coef = torch.exp(model.log_ent_coef.detach())
-                    ent_coef_loss = -(model.log_ent_coef * (log_prob + model.target_entropy).detach()).mean()
-                    ent_coef_losses.append(ent_coef_loss.detach())
-                else:
-                    ent_coef = model.ent_coef_tensor
-                ent_coefs.append(ent_coef.detach().reshape(()))
-                if ent_coef_loss is not None and model.ent_coef_optimizer is not None:
-                    model.ent_coef_optimizer.zero_grad()
-                    ent_coef_loss.backward()
-                    model.ent_coef_optimizer.step()
-                with torch.no_grad():
-                    next_actions, next_log_prob = actor.action_log_prob(next_observations)
-                    next_q = torch.cat(model.critic_target(next_observations, next_actions), dim=1)
-                    next_q, _ = torch.min(next_q, dim=1, keepdim=True)
-                    next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
-                    target = batches.rewards[gradient_step] + (1 - batches.dones[gradient_step]) * discounts * next_q
-                weights = batches.weights[gradient_step] if batches.weights is not None else None
-                critic_loss, weighted = _critic_losses(critic(observations, actions), target, weights)
-                critic_loss, weighted = 0.5 * critic_loss, 0.5 * weighted
-                critic_losses.append(critic_loss.detach())
-                critic.optimizer.zero_grad()
-                weighted.backward()
-                critic.optimizer.step()
-                q_values_pi = torch.cat(critic(observations, actions_pi), dim=1)
-                min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
-                actor_loss = (ent_coef * log_prob - min_qf_pi).mean()
-                actor_losses.append(actor_loss.detach())
-                actor.optimizer.zero_grad()
-                actor_loss.backward()
-                actor.optimizer.step()
-                if gradient_step % model.target_update_interval == 0:
-                    polyak_update_(*critic_pairs, model.tau)
-                    polyak_update_(model.batch_norm_stats, model.batch_norm_stats_target, 1.0)
+                update_target = gradient_step % model.target_update_interval == 0
+                inputs = _actor_critic_inputs(model, batches, gradient_step)
+                steps.step = functools.partial(step, update_target=update_target)
+                outputs = steps.run(_step_key(steps, parameters, optimizers, inputs, update_target), inputs)
+                if tuned:
+                    ent_coef_losses.append(outputs[0])
+                ent_coefs.append(outputs[-3])
+                critic_losses.append(outputs[-2])
+                actor_losses.append(outputs[-1])
+        graphs.finish(optimizers)
     model._n_updates += gradient_steps
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
     nan = np.nan

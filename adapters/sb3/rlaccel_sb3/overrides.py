@@ -21,7 +21,11 @@ def override_train(model, train: Callable) -> None:
 
 
 def remove_train_override(model) -> None:
-    """Back to the class's own ``train()``; a no-op without an override."""
+    """Back to the class's own ``train()`` (what the override holds, e.g. CUDA graphs, released);
+    a no-op without an override."""
+    release = getattr(model.__dict__.get("train"), "release", None)
+    if release is not None:
+        release()
     for name in OVERRIDES:
         model.__dict__.pop(name, None)
 

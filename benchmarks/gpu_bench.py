@@ -1,0 +1,97 @@
+"""Gradient steps per second on a CUDA device: SB3's own ``train()``, rlaccel's fused one run eagerly,
+and the fused one captured in CUDA graphs (what ``AccelerateCallback`` installs on a GPU).
+
+Interleaved rounds on the same model and buffer contents, synchronised before each clock read:
+DQN, SAC and TD3 with 256-256 MLPs at batch 256 (CartPole / Pendulum transitions), and DQN with SB3's
+NatureCNN on Atari-shaped frames (4x84x84 uint8) at batch 32 and 512. The frames are random: what a
+step costs does not depend on what the pixels show.
+
+Usage (on a machine with a GPU; ``benchmarks/gpu_check.sh`` runs it):
+    python benchmarks/gpu_bench.py [--steps 100] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+
+def frames_env():
+    """A gymnasium env with Atari's observation layout after SB3's wrappers (4x84x84 uint8), 6 actions."""
+    import gymnasium as gym
+
+    class Frames(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+        action_space = gym.spaces.Discrete(6)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 0.0, bool(self.np_random.random() < 0.01), False, {}
+
+    return Frames()
+
+
+def build(case: str):
+    from fused_bench import build as build_mlp
+    from stable_baselines3 import DQN
+
+    if case == "cnn-dqn":
+        model = DQN("CnnPolicy", frames_env(), buffer_size=4_000, learning_starts=100_000, seed=0, device="cuda",
+                    optimize_memory_usage=False)
+        model.learn(3_000)
+        return model
+    return build_mlp(case, (256, 256), device="cuda")
+
+
+def timed(train, steps: int, batch: int) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    train(steps, batch)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=100, help="gradient steps per timed call")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cases", default="dqn:256,sac:256,td3:256,cnn-dqn:32,cnn-dqn:512")
+    args = parser.parse_args()
+    from rlaccel_sb3.fused import fused_train_for
+
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; ms per gradient step, median of "
+          f"{args.rounds} interleaved rounds of {args.steps} steps")
+    print(f"{'case':<14} {'batch':>5} {'stock':>7} {'eager':>7} {'graphs':>7} {'graphs vs stock (steps/s)':>26}")
+    for case in args.cases.split(","):
+        name, batch = case.split(":")
+        batch = int(batch)
+        models = {"stock": build(name), "eager": build(name), "graphs": build(name)}
+        trains = {"stock": models["stock"].train, "eager": fused_train_for(models["eager"], cuda_graphs=False),
+                  "graphs": fused_train_for(models["graphs"])}
+        for train in trains.values():  # warm-up, the graphs' capture included
+            train(8, batch)
+        graphs = trains["graphs"].graphs
+        times = {k: [] for k in trains}
+        for r in range(args.rounds):
+            order = list(trains) if r % 2 == 0 else list(trains)[::-1]
+            for key in order:
+                times[key].append(timed(trains[key], args.steps, batch))
+        ms = {k: 1e3 * statistics.median(v) / args.steps for k, v in times.items()}
+        note = f"  ({graphs.captured} graphs)" if graphs.steps.enabled else f"  (eager: {graphs.reason})"
+        print(f"{name:<14} {batch:>5} {ms['stock']:>7.3f} {ms['eager']:>7.3f} {ms['graphs']:>7.3f} "
+              f"{ms['stock'] / ms['graphs']:>25.2f}x{note}", flush=True)
+        for train in trains.values():
+            getattr(train, "release", lambda: None)()
+        del models, trains
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
