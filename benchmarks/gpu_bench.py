@@ -6,8 +6,13 @@ DQN, SAC and TD3 with 256-256 MLPs at batch 256 (CartPole / Pendulum transitions
 NatureCNN on Atari-shaped frames (4x84x84 uint8) at batch 32 and 512. The frames are random: what a
 step costs does not depend on what the pixels show.
 
+End to end (``--learn``): ``model.learn()`` wall time with SB3 alone and with
+``AccelerateCallback(sparse=False)`` (fused updates + the guard, the same math: no sparse phases), on RL
+Zoo's CartPole DQN settings (20k env steps, 128 gradient steps every 256) and Pendulum SAC (3k env
+steps, one gradient step per env step), same seed.
+
 Usage (on a machine with a GPU; ``benchmarks/gpu_check.sh`` runs it):
-    python benchmarks/gpu_bench.py [--steps 100] [--rounds 5]
+    python benchmarks/gpu_bench.py [--steps 100] [--rounds 5] [--learn]
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100, help="gradient steps per timed call")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cases", default="dqn:256,sac:256,td3:256,cnn-dqn:32,cnn-dqn:512")
+    parser.add_argument("--learn", action="store_true", help="also time learn() end to end")
     args = parser.parse_args()
     from rlaccel_sb3.fused import fused_train_for
 
@@ -91,6 +97,36 @@ def main() -> None:
             getattr(train, "release", lambda: None)()
         del models, trains
         torch.cuda.empty_cache()
+    if args.learn:
+        learn_rows()
+
+
+def learn_rows() -> None:
+    from rlaccel_sb3 import AccelerateCallback
+    from stable_baselines3 import DQN, SAC
+
+    cases = {
+        "DQN CartPole (RL Zoo)": (lambda: DQN(
+            "MlpPolicy", "CartPole-v1", learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+            learning_starts=1_000, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+            exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]),
+            seed=0, device="cuda"), 20_000),
+        "SAC Pendulum (RL Zoo)": (lambda: SAC("MlpPolicy", "Pendulum-v1", learning_rate=1e-3, learning_starts=100,
+                                              seed=0, device="cuda"), 3_000),
+    }
+    print(f"\n{'learn() end to end':<24} {'env steps':>9} {'stock s':>8} {'rlaccel s':>9} {'speed-up':>8}")
+    for name, (make, steps) in cases.items():
+        seconds = {}
+        for variant in ("stock", "rlaccel"):
+            model = make()
+            callback = AccelerateCallback(sparse=False) if variant == "rlaccel" else None
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            model.learn(steps, callback=callback)
+            torch.cuda.synchronize()
+            seconds[variant] = time.perf_counter() - start
+        print(f"{name:<24} {steps:>9} {seconds['stock']:>8.1f} {seconds['rlaccel']:>9.1f} "
+              f"{seconds['stock'] / seconds['rlaccel']:>7.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 #   1. the CUDA-graph equivalence tests (tests/test_sb3_cuda_graphs.py): stock SB3 vs the graphed
 #      fused train() on the GPU, the sparse/dense phases and the device-side NaN skip;
 #   2. benchmarks/gpu_bench.py: gradient steps/s, stock vs fused eager vs fused + CUDA graphs
-#      (DQN, SAC, TD3 256-256; NatureCNN DQN at batch 32 and 512);
+#      (DQN, SAC, TD3 256-256; NatureCNN DQN at batch 32 and 512), and learn() end to end;
 #   3. the ONNX export in TensorRT, only where TensorRT is installed.
 # The machine has no network: packages it lacks travel as wheels in .whl/ (see the README's "GPU").
 # Logs go to $OUT (the device tool's folder) or /tmp/rlaccel-gpu.
@@ -23,7 +23,7 @@ python3 -c "import torch, stable_baselines3 as sb3; print('torch', torch.__versi
 status=0
 timeout 240 python3 -m pytest -q -p no:cacheprovider -s -o addopts="" tests/test_sb3_cuda_graphs.py 2>&1 \
     | tee "$OUT/equivalence.log" || status=1
-timeout 240 python3 benchmarks/gpu_bench.py "$@" 2>&1 | tee "$OUT/gpu_bench.log" || status=1
+timeout 300 python3 benchmarks/gpu_bench.py --learn "$@" 2>&1 | tee "$OUT/gpu_bench.log" || status=1
 if python3 -c "import tensorrt" 2>/dev/null; then
     echo "TensorRT found: not wired in yet" | tee "$OUT/tensorrt.log"
 else

@@ -3,11 +3,13 @@
 What changes against SB3's loop of ``gradient_steps`` (each: sample, target forward, online forward,
 loss, ``.item()``, backward, clip, step):
 
-- the ``gradient_steps`` batches are drawn first, by the buffer's own ``sample()`` called as many
-  times, so every RNG (numpy's, the tiered sampler's) is consumed exactly as SB3 consumes it — and
-  stacked into one tensor per field;
+- the ``gradient_steps`` batches are drawn first (in chunks of at most 64 MB of observations: all at
+  once for vector observations, a few steps for Atari frames), by the buffer's own ``sample()`` called
+  as many times, so every RNG (numpy's, the tiered sampler's) is consumed exactly as SB3 consumes
+  it — and stacked into one tensor per field;
 - DQN/QR-DQN's target network does not change inside ``train()`` (SB3 updates it in ``_on_step``), so
-  the targets of all batches come from **one** forward pass of the target network;
+  the targets of a chunk's batches come from **one** forward pass of the target network;
+- on a CUDA device each gradient step is a captured CUDA graph (``rlaccel_plugins.fused.graphs``);
 - the optimizer and the gradient clipping run PyTorch's multi-tensor (``foreach``) kernels (the same
   arithmetic, one kernel per op for all parameters); losses are logged once per call, no ``.item()``
   per step;
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
@@ -87,7 +90,7 @@ class _GraphsPerModel:
         self.reason: str | None = None  # why the steps run eagerly on a CUDA device
         self._fingerprint: tuple | None = None
 
-    def get(self, step: Callable, optimizers: list, observations) -> StepGraphs:
+    def get(self, step: Callable, optimizers: list, dict_observations: bool) -> StepGraphs:
         """The graphs for ``step`` (built on the first call; ``step`` must be the same function each time)."""
         if self.steps is not None and _fingerprint(optimizers) != self._fingerprint:
             self.release()
@@ -95,7 +98,7 @@ class _GraphsPerModel:
             enabled = self.cuda_graphs and self.model.device.type == "cuda"
             if enabled:
                 self.reason = graphs_possible(optimizers, self.guard) or (
-                    "dict observations" if isinstance(observations, dict) else None) or (
+                    "dict observations" if dict_observations else None) or (
                     "gSDE" if getattr(self.model, "use_sde", False) else None)
                 enabled = self.reason is None
             self.steps = StepGraphs(step, optimizers, enabled=enabled, guard=self.guard).apply()
@@ -150,6 +153,7 @@ class _Batches:
                  weights: torch.Tensor | None = None) -> None:
         self.observations, self.actions, self.next_observations = observations, actions, next_observations
         self.dones, self.rewards, self.discounts, self.weights = dones, rewards, discounts, weights
+        self.k = len(actions)
 
     @classmethod
     def stacked(cls, samples: list, weights: list[np.ndarray | None]) -> _Batches:
@@ -162,6 +166,25 @@ class _Batches:
 
     def step(self, i: int) -> tuple[Any, torch.Tensor]:
         return _index(self.observations, i), self.actions[i]
+
+
+CHUNK_BYTES = 64 * 2**20  # the most observation bytes drawn ahead at once (Atari frames: a few steps)
+
+
+def iter_batches(model, gradient_steps: int, batch_size: int):
+    """:func:`draw_batches` for ``gradient_steps`` steps in chunks of at most ``CHUNK_BYTES`` of
+    observations: all of them at once for vector observations, a few steps at a time for images (one
+    gather of 100 batches of 512 Atari frames would be 2.9 GB). The draws keep SB3's order."""
+    per_step = max(1, 2 * batch_size * _observation_bytes(model.observation_space))
+    chunk = max(1, min(gradient_steps, CHUNK_BYTES // per_step))
+    for start in range(0, gradient_steps, chunk):
+        yield draw_batches(model, min(chunk, gradient_steps - start), batch_size)
+
+
+def _observation_bytes(space) -> int:
+    if isinstance(space, spaces.Dict):
+        return sum(_observation_bytes(s) for s in space.spaces.values())
+    return int(np.prod(space.shape or (1,))) * np.dtype(space.dtype or np.float32).itemsize
 
 
 def draw_batches(model, gradient_steps: int, batch_size: int) -> _Batches:
@@ -237,10 +260,6 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
     model._update_learning_rate(policy.optimizer)
     losses = []
     if gradient_steps > 0:
-        batches = draw_batches(model, gradient_steps, batch_size)
-        discounts = batches.discounts if batches.discounts is not None else model.gamma
-        with torch.no_grad():
-            targets = targets_of(model, batches, discounts, gradient_steps, batch_size)
         parameters = list(policy.parameters())
         optimizers = [policy.optimizer]
 
@@ -253,15 +272,19 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
             steps.optimizer_step(policy.optimizer)
             return (loss.detach(),)
 
-        steps = graphs.get(step, optimizers, batches.observations)
+        steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
         with OptimizerKernels(optimizers):
-            for i in range(gradient_steps):
-                observations, actions = batches.step(i)
-                inputs = (observations, actions, targets[i])
-                if batches.weights is not None:
-                    inputs += (batches.weights[i],)
-                (loss,) = steps.run(_step_key(steps, parameters, optimizers, inputs), inputs)
-                losses.append(loss)
+            for batches in iter_batches(model, gradient_steps, batch_size):
+                discounts = batches.discounts if batches.discounts is not None else model.gamma
+                with torch.no_grad():
+                    targets = targets_of(model, batches, discounts, batches.k, batch_size)
+                for i in range(batches.k):
+                    observations, actions = batches.step(i)
+                    inputs = (observations, actions, targets[i])
+                    if batches.weights is not None:
+                        inputs += (batches.weights[i],)
+                    (loss,) = steps.run(_step_key(steps, parameters, optimizers, inputs), inputs)
+                    losses.append(loss)
         graphs.finish(optimizers)
     model._n_updates += gradient_steps
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
@@ -340,7 +363,6 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
     model._update_learning_rate(optimizers)
     actor_losses, critic_losses = [], []
     if gradient_steps > 0:
-        batches = draw_batches(model, gradient_steps, batch_size)
         critic_pairs = list(critic.parameters()), list(model.critic_target.parameters())
         actor_pairs = list(actor.parameters()), list(model.actor_target.parameters())
         parameters = [*critic_pairs[0], *actor_pairs[0]]
@@ -370,9 +392,9 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
             polyak_update_(model.actor_batch_norm_stats, model.actor_batch_norm_stats_target, 1.0)
             return critic_loss.detach(), actor_loss.detach()
 
-        steps = graphs.get(step, optimizers, batches.observations)
+        steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
         with OptimizerKernels(optimizers):
-            for i in range(gradient_steps):
+            for batches, i in _each_step(model, gradient_steps, batch_size):
                 model._n_updates += 1
                 update_actor = model._n_updates % model.policy_delay == 0
                 inputs = _actor_critic_inputs(model, batches, i)
@@ -386,6 +408,13 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
     if actor_losses:
         model.logger.record("train/actor_loss", _mean(actor_losses))
     model.logger.record("train/critic_loss", _mean(critic_losses) if critic_losses else np.nan)
+
+
+def _each_step(model, gradient_steps: int, batch_size: int):
+    """``(batches, i)`` for every gradient step: step ``i`` of the chunk ``batches``."""
+    for batches in iter_batches(model, gradient_steps, batch_size):
+        for i in range(batches.k):
+            yield batches, i
 
 
 def _actor_critic_inputs(model, batches: _Batches, i: int) -> tuple:
@@ -408,7 +437,6 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
     model._update_learning_rate(optimizers)
     ent_coef_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
     if gradient_steps > 0:
-        batches = draw_batches(model, gradient_steps, batch_size)
         critic_pairs = list(critic.parameters()), list(model.critic_target.parameters())
         parameters = [*critic_pairs[0], *actor.parameters()]
         tuned = model.ent_coef_optimizer is not None and model.log_ent_coef is not None
@@ -452,11 +480,11 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
                 polyak_update_(model.batch_norm_stats, model.batch_norm_stats_target, 1.0)
             return (*outputs, critic_loss.detach(), actor_loss.detach())
 
-        steps = graphs.get(step, optimizers, batches.observations)
+        steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
         with OptimizerKernels(optimizers):
-            for gradient_step in range(gradient_steps):
+            for gradient_step, (batches, i) in enumerate(_each_step(model, gradient_steps, batch_size)):
                 update_target = gradient_step % model.target_update_interval == 0
-                inputs = _actor_critic_inputs(model, batches, gradient_step)
+                inputs = _actor_critic_inputs(model, batches, i)
                 steps.step = functools.partial(step, update_target=update_target)
                 outputs = steps.run(_step_key(steps, parameters, optimizers, inputs, update_target), inputs)
                 if tuned:
