@@ -1,9 +1,12 @@
-"""Overhead of the SB3 adapter's tiered buffer vs stock SB3, CartPole-v1 DQN, in one run.
+"""Overhead of the SB3 adapter's tiered buffer, and of the whole drop-in, vs stock SB3, CartPole-v1
+DQN (RL Zoo settings), in one run.
 
-Two costs, each timed stock vs tiered in interleaved rounds (A B A B ...); the overhead is the
-median over rounds of the tiered/stock ratio within a round (robust to the host's slow phases):
+Costs timed in interleaved rounds (stock, tiered, drop-in, stock, ...); an overhead is the median over
+rounds of the variant/stock ratio within a round (robust to the host's slow phases):
 
-- per env step: ``learn()`` with no gradient steps (policy inference, env step, buffer add, callbacks)
+- per env step: ``learn()`` with no gradient steps (policy inference, env step, buffer add, callbacks),
+  for the tiered buffer alone and for the drop-in the README shows (tiered buffer +
+  ``AccelerateCallback(preset="classic_control")``);
 - per gradient step: ``train()`` on a full buffer (buffer sample + DQN update), RL Zoo's batch 64
 
 Usage:
@@ -32,10 +35,13 @@ def make(tiered: bool, **kw) -> DQN:
     return DQN("MlpPolicy", "CartPole-v1", seed=0, **{**settings, **kw}, **extra)
 
 
-def env_step_us(tiered: bool, steps: int) -> float:
+def env_step_us(tiered: bool, steps: int, dropin: bool = False) -> float:
+    from rlaccel_sb3 import AccelerateCallback
+
     model = make(tiered, learning_starts=0, train_freq=256, gradient_steps=0)
+    callback = AccelerateCallback(preset="classic_control") if dropin else None
     start = time.perf_counter()
-    model.learn(steps)
+    model.learn(steps, callback=callback)
     return 1e6 * (time.perf_counter() - start) / steps
 
 
@@ -71,26 +77,33 @@ def main() -> None:
         model.learn(50_000)
         model.policy.set_training_mode(True)
         trained[tiered] = model
-    times = {"env_stock": [], "env_tiered": [], "grad_stock": [], "grad_tiered": []}
+    times = {"env_stock": [], "env_tiered": [], "env_dropin": [], "grad_stock": [], "grad_tiered": []}
     for _ in range(args.rounds):
         for tiered, name in ((False, "stock"), (True, "tiered")):
             times[f"env_{name}"].append(env_step_us(tiered, args.env_steps))
             times[f"grad_{name}"].append(grad_step_ms(trained[tiered], args.grad_steps))
+        times["env_dropin"].append(env_step_us(True, args.env_steps, dropin=True))
     calls = {name: buffer_call_us(trained[tiered]) for tiered, name in ((False, "stock"), (True, "tiered"))}
     med = {k: float(np.median(v)) for k, v in times.items()}
     ratio = {kind: float(np.median(np.array(times[f"{kind}_tiered"]) / np.array(times[f"{kind}_stock"])))
              for kind in ("env", "grad")}
+    dropin = float(np.median(np.array(times["env_dropin"]) / np.array(times["env_stock"])))
     result = {**med, "env_step_overhead": ratio["env"] - 1, "grad_step_overhead": ratio["grad"] - 1,
+              "dropin_env_step_overhead": dropin - 1,
               "rounds": times, "add_us": {k: v[0] for k, v in calls.items()},
               "sample64_us": {k: v[1] for k, v in calls.items()}}
     print(f"CartPole-v1 DQN, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"median of {args.rounds} interleaved rounds")
     print(f"per env step:      stock {med['env_stock']:8.1f} us   tiered {med['env_tiered']:8.1f} us   "
           f"overhead {result['env_step_overhead']:+.1%}")
+    print(f"per env step:      stock {med['env_stock']:8.1f} us   drop-in {med['env_dropin']:7.1f} us   "
+          f"overhead {dropin - 1:+.1%}  (tiered buffer + AccelerateCallback)")
     print(f"per gradient step: stock {med['grad_stock']:8.3f} ms   tiered {med['grad_tiered']:8.3f} ms   "
           f"overhead {result['grad_step_overhead']:+.1%}")
     spread = {kind: np.array(times[f"{kind}_tiered"]) / np.array(times[f"{kind}_stock"]) for kind in ("env", "grad")}
-    print(f"per-round ratio range: env step {spread['env'].min():.2f}-{spread['env'].max():.2f}, "
+    spread["dropin"] = np.array(times["env_dropin"]) / np.array(times["env_stock"])
+    print(f"per-round ratio range: env step {spread['env'].min():.2f}-{spread['env'].max():.2f} "
+          f"(drop-in {spread['dropin'].min():.2f}-{spread['dropin'].max():.2f}), "
           f"gradient step {spread['grad'].min():.2f}-{spread['grad'].max():.2f}")
     print(f"buffer.add: stock {calls['stock'][0]:.1f} us, tiered {calls['tiered'][0]:.1f} us; "
           f"sample(64): stock {calls['stock'][1]:.1f} us, tiered {calls['tiered'][1]:.1f} us (best of 5)")

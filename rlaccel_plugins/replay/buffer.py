@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -147,7 +148,20 @@ class TieredReplay:
         """
         if self.specs is None:
             self._allocate(fields)
-        values = self._check(fields)
+        self._write(self._check(fields))
+
+    def add_rows(self, fields: dict[str, np.ndarray], finite: Collection[str] = ()) -> None:
+        """:meth:`add` for a caller that already gives every field exactly as :attr:`row_specs` says
+        (shape and dtype: an adapter that converts values the way its framework stores them), so the
+        schema is not checked again on every add; values still are (NaN/Inf refused), except in the
+        ``finite`` fields, which the caller knows hold no NaN (e.g. converted from booleans). Allocate
+        first (:meth:`allocate`)."""
+        if fields.keys() != self._expected.keys():
+            self._check(fields)  # raises, naming the missing/extra fields
+        self._refuse_nonfinite(fields, finite)
+        self._write(dict(fields))
+
+    def _write(self, values: dict[str, np.ndarray]) -> None:
         row = self.pos
         if self.frames is not None:
             wraps = self.full or row + 1 == self.layout.total_rows
@@ -216,13 +230,22 @@ class TieredReplay:
             if array.dtype is not dtype and array.dtype != dtype and not self._castable(array.dtype, dtype):
                 raise invalid(f"{name}.dtype", f"be castable to {dtype} (fixed by the first add)",
                               str(array.dtype), f"Convert with .astype({dtype.name!r}).")
-            if array.dtype.kind == "f" and not np.isfinite(array).all():
+            values[name] = array
+        self._refuse_nonfinite(values)
+        return values
+
+    @staticmethod
+    def _refuse_nonfinite(fields: dict[str, np.ndarray], finite: Collection[str] = ()) -> None:
+        for name, array in fields.items():
+            if array.dtype.kind != "f" or name in finite:
+                continue
+            # a few values (CartPole's obs, a reward): Python's isfinite on a list is ~5x cheaper than two ufuncs
+            ok = all(map(math.isfinite, array.ravel().tolist())) if array.size <= 64 else np.isfinite(array).all()
+            if not ok:
                 bad = sorted({int(i) for i in np.argwhere(~np.isfinite(array))[:, 0]})
                 raise ConfigError(f"{name} must hold finite numbers, got NaN/Inf for envs {bad} (it would reach "
                                   "every update that samples it). Nothing was stored. Fix the env's observations/"
                                   "rewards, e.g. with gymnasium.wrappers.TransformObservation.")
-            values[name] = array
-        return values
 
     @staticmethod
     @lru_cache(maxsize=256)

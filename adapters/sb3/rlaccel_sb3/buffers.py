@@ -162,8 +162,11 @@ class TieredBufferMixin:
         else:
             fields = {**self._obs_fields(obs, "obs"), **self._obs_fields(next_obs, "next_obs")}
         fields.update(action=action, reward=reward, done=done, timeout=timeout)
-        rows = self._engine.row_specs
-        self._engine.add(**{name: as_stored_row(name, value, *rows[name]) for name, value in fields.items()})
+        rows = self._engine.row_specs  # the schema, checked once: as_stored_row gives each field its row's
+        # timeouts are made here from booleans, dones are booleans from a VecEnv: no NaN to look for
+        finite = ("timeout", "done") if getattr(done, "dtype", None) == np.bool_ else ("timeout",)
+        self._engine.add_rows({name: as_stored_row(name, value, *rows[name]) for name, value in fields.items()},
+                              finite)
 
     def reset(self) -> None:
         """Forget every transition (SB3's ``reset``; stacked frames start fresh too)."""
