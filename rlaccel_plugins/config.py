@@ -146,6 +146,7 @@ class TrainingConfig:
     replay_ratio: float | str = AUTO  # replay samples drawn per env step; auto: the recipe's own rate
     net_arch: tuple[int, ...] | str = AUTO  # hidden layer sizes of MLP agents rlaccel builds; auto: the recipe's
     fused_updates: bool | str = AUTO  # the framework's update replaced by a fused equivalent; auto: where one exists
+    fused_collection: bool | str = AUTO  # the framework's action selection in collection made lean; auto: where tested
 
     def __post_init__(self) -> None:
         _int("batch_size", self.batch_size, minimum=1)
@@ -176,8 +177,10 @@ class TrainingConfig:
         ):
             raise invalid("device", 'be "auto", "cpu", "cuda", "cuda:N" or "mps"', self.device)
         _int("num_threads", self.num_threads, minimum=1, auto=True)
-        if self.fused_updates != AUTO and not isinstance(self.fused_updates, bool):
-            raise invalid("fused_updates", 'be "auto", true or false', self.fused_updates)
+        for key in ("fused_updates", "fused_collection"):
+            value = getattr(self, key)
+            if value != AUTO and not isinstance(value, bool):
+                raise invalid(key, 'be "auto", true or false', value)
         object.__setattr__(self, "dense_layers", tuple(layers))
 
 

@@ -13,7 +13,7 @@ from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard
 from rlaccel_plugins.updates.precision import resolve_dtype, update_autocast
 from rlaccel_sb3.networks import critic_networks, trained_networks
-from rlaccel_sb3.overrides import override_train, remove_train_override
+from rlaccel_sb3.overrides import override_method, override_train, remove_override, remove_train_override
 from rlaccel_sb3.weights import ImportanceWeightHook
 
 
@@ -71,6 +71,7 @@ class SparseDenseCallback(BaseCallback):
         if self.guard is not None and self._saved_guard is not None:  # the loss scale and counters go on
             self.guard.load_state_dict(self._saved_guard)
         self._install_train()
+        self._install_collection()
         for net in networks if self.guard is not None else ():
             self.guard.attach(net.optimizer)
         if self.sparse:
@@ -152,6 +153,25 @@ class SparseDenseCallback(BaseCallback):
         train.graphs = getattr(fused, "graphs", None)
         override_train(model, train)
 
+    def _lean_sample_action(self):
+        """The lean ``_sample_action`` to run instead of SB3's (None here: see :class:`AccelerateCallback`)."""
+        return
+
+    def _install_collection(self) -> None:
+        model = self.model
+        if "_sample_action" in model.__dict__:
+            return  # the user's own override stays as it is
+        lean = self._lean_sample_action()
+        if lean is not None:
+            lean._rlaccel_collection = True
+            override_method(model, "_sample_action", lean)
+
+    @property
+    def lean_collection(self) -> bool:
+        """Whether the model's action selection during collection runs lean in this ``learn()``."""
+        model = getattr(self, "model", None)
+        return model is not None and getattr(model.__dict__.get("_sample_action"), "_rlaccel_collection", False)
+
     @property
     def fused(self) -> bool:
         """Whether the model's updates run fused in this ``learn()``."""
@@ -187,6 +207,8 @@ class SparseDenseCallback(BaseCallback):
         model = getattr(self, "model", None)  # unset until the callback is first initialised
         if model is not None and getattr(model.__dict__.get("train"), "_rlaccel_train", False):
             remove_train_override(model)  # back to the class's own train()
+        if model is not None and getattr(model.__dict__.get("_sample_action"), "_rlaccel_collection", False):
+            remove_override(model, "_sample_action")
 
 
 class AccelerateCallback(SparseDenseCallback):
@@ -209,10 +231,25 @@ class AccelerateCallback(SparseDenseCallback):
 
     def __init__(self, preset: str | None = None, sparse_update_interval: int | None = None,
                  dense_layers: list[int | str] | None = None, *, fused_updates: bool | str | None = None,
-                 sparse: bool = True, config: AccelConfig | None = None, verbose: int = 0) -> None:
+                 fused_collection: bool | str | None = None, sparse: bool = True, config: AccelConfig | None = None,
+                 verbose: int = 0) -> None:
         super().__init__(preset, sparse_update_interval, dense_layers, sparse=sparse, config=config, verbose=verbose)
-        if fused_updates is not None:
-            self.config = load_config(self.config, fused_updates=fused_updates)
+        overrides = {k: v for k, v in dict(fused_updates=fused_updates, fused_collection=fused_collection).items()
+                     if v is not None}
+        if overrides:
+            self.config = load_config(self.config, **overrides)
+
+    def _lean_sample_action(self):
+        from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+        from rlaccel_plugins.fused.selection import select_fused
+        from rlaccel_sb3.collection import SUPPORTED, lean_sample_action_for
+
+        if not isinstance(self.model, OffPolicyAlgorithm):
+            return None  # on-policy collection: not yet
+        return select_fused(self.config.training.fused_collection, lean_sample_action_for(self.model),
+                            algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED,
+                            key="fused_collection", what="collection")
 
     def _fused_train(self):
         from rlaccel_plugins.fused.selection import select_fused

@@ -1,9 +1,10 @@
-"""Replace an SB3 model's ``train`` for the length of a ``learn()``, invisibly to ``model.save()``.
+"""Replace an SB3 model's methods (``train``, ``_sample_action``) for the length of a ``learn()``,
+invisibly to ``model.save()``.
 
 SB3 saves a model's ``__dict__`` minus ``_excluded_save_params()``: an instance attribute ``train``
-would be pickled into ``model.zip`` (a closure over the model). :func:`override_train` sets it together
-with an instance ``_excluded_save_params`` that leaves out both; :func:`remove_train_override` takes
-both away again.
+would be pickled into ``model.zip`` (a closure over the model). :func:`override_method` sets it together
+with an instance ``_excluded_save_params`` that leaves out every override and itself;
+:func:`remove_override` takes them away again.
 """
 
 from __future__ import annotations
@@ -11,23 +12,37 @@ from __future__ import annotations
 import types
 from collections.abc import Callable
 
-OVERRIDES = ("train", "_excluded_save_params")
+OVERRIDABLE = ("train", "_sample_action")
+EXCLUDER = "_excluded_save_params"
+
+
+def override_method(model, name: str, method: Callable) -> None:
+    """Make ``method`` the model's ``name`` (SB3's loops call ``self.train``, ``self._sample_action``)."""
+    if name not in OVERRIDABLE:
+        raise ValueError(f"name must be one of {OVERRIDABLE}, got name={name!r}")
+    model.__dict__[name] = method
+    model.__dict__[EXCLUDER] = types.MethodType(_excluded_with_overrides, model)
+
+
+def remove_override(model, name: str) -> None:
+    """Back to the class's own method (what the override holds, e.g. CUDA graphs, released); a no-op
+    without an override."""
+    release = getattr(model.__dict__.get(name), "release", None)
+    if release is not None:
+        release()
+    model.__dict__.pop(name, None)
+    if not any(n in model.__dict__ for n in OVERRIDABLE):
+        model.__dict__.pop(EXCLUDER, None)
 
 
 def override_train(model, train: Callable) -> None:
     """Make ``train`` the model's ``train()`` (SB3's ``learn`` calls ``self.train``)."""
-    model.__dict__["train"] = train
-    model.__dict__["_excluded_save_params"] = types.MethodType(_excluded_with_overrides, model)
+    override_method(model, "train", train)
 
 
 def remove_train_override(model) -> None:
-    """Back to the class's own ``train()`` (what the override holds, e.g. CUDA graphs, released);
-    a no-op without an override."""
-    release = getattr(model.__dict__.get("train"), "release", None)
-    if release is not None:
-        release()
-    for name in OVERRIDES:
-        model.__dict__.pop(name, None)
+    """Back to the class's own ``train()``; a no-op without an override."""
+    remove_override(model, "train")
 
 
 def overridden_train(model) -> Callable | None:
@@ -36,4 +51,4 @@ def overridden_train(model) -> Callable | None:
 
 
 def _excluded_with_overrides(model) -> list[str]:
-    return [*type(model)._excluded_save_params(model), *OVERRIDES]
+    return [*type(model)._excluded_save_params(model), *OVERRIDABLE, EXCLUDER]

@@ -1,0 +1,141 @@
+"""Lean SB3 collection is SB3's own, step by step (DESIGN.md §10): the same model and seed through
+``learn()`` with SB3's ``_sample_action`` and with the lean one — every vector step's actions, buffer
+actions, observations, rewards, dones and infos as a callback sees them, the locals SB3 hands
+callbacks, then the replay buffer, the weights, the episode statistics, the logged values and
+numpy's and torch's RNG states. Tolerance: none (bit-identical): the same ops run on the same inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from rlaccel_plugins.fused import differences
+
+pytestmark = pytest.mark.needs("stable_baselines3", "sb3_contrib")
+
+SB3_LOCALS = {"self", "env", "callback", "train_freq", "replay_buffer", "action_noise", "learning_starts",
+              "log_interval", "num_collected_steps", "num_collected_episodes", "continue_training", "actions",
+              "buffer_actions", "new_obs", "rewards", "dones", "infos"}
+
+
+def _without_clock(value):
+    """Monitor's episode ``t`` and SB3's ``time/*`` are wall-clock readings: left out of the comparison."""
+    if isinstance(value, dict):
+        return {k: _without_clock(v) for k, v in value.items() if k != "t" and not str(k).startswith("time/")}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_without_clock(v) for v in value)
+    return value
+
+
+def _recorder():
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Recorder(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.steps: list[dict] = []
+            self.locals_seen: set[str] = set()
+
+        def _on_step(self) -> bool:
+            self.locals_seen |= set(self.locals)
+            self.steps.append({k: _without_clock(copy.deepcopy(self.locals[k])) for k in
+                               ("actions", "buffer_actions", "new_obs", "rewards", "dones", "infos")}
+                              | {"num_timesteps": self.num_timesteps})
+            return True
+
+    return Recorder()
+
+
+def _model(algo: str, n_envs: int = 1):
+    from sb3_contrib import QRDQN
+    from stable_baselines3 import DDPG, DQN, SAC, TD3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    env_id = "CartPole-v1" if algo in ("DQN", "QRDQN") else "Pendulum-v1"
+    env = make_vec_env(env_id, n_envs=n_envs, seed=7)
+    kwargs = dict(learning_starts=300, seed=7, device="cpu", policy_kwargs=dict(net_arch=[32, 32]))
+    if algo in ("DQN", "QRDQN"):
+        kwargs.update(train_freq=4, target_update_interval=50, exploration_fraction=0.5)
+    if algo == "TD3":
+        kwargs.update(action_noise=NormalActionNoise(np.zeros(1), 0.1 * np.ones(1)))
+    cls = {"DQN": DQN, "QRDQN": QRDQN, "SAC": SAC, "TD3": TD3, "DDPG": DDPG}[algo]
+    return cls("MlpPolicy", env, **kwargs)
+
+
+def _learn(algo: str, lean: bool, steps: int, n_envs: int = 1) -> dict:
+    from rlaccel_sb3.collection import lean_sample_action_for
+    from rlaccel_sb3.overrides import override_method, remove_override
+
+    model = _model(algo, n_envs)
+    if lean:
+        override_method(model, "_sample_action", lean_sample_action_for(model))
+    recorder = _recorder()
+    model.learn(steps, callback=recorder)
+    if lean:
+        remove_override(model, "_sample_action")
+    buffer = model.replay_buffer
+    return {"steps": recorder.steps, "locals": recorder.locals_seen,
+            "buffer": {k: getattr(buffer, k)[: buffer.pos].copy() for k in
+                       ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")},
+            "parameters": dict(model.policy.state_dict()), "episodes": _without_clock(list(model.ep_info_buffer)),
+            "num_timesteps": model.num_timesteps, "episode_num": model._episode_num,
+            "logged": _without_clock(dict(model.logger.name_to_value)),
+            "rng": (np.random.get_state()[1].copy(), torch.get_rng_state())}
+
+
+@pytest.mark.parametrize(("algo", "steps", "n_envs"), [
+    ("DQN", 2_000, 1), ("DQN", 2_000, 4), ("QRDQN", 1_000, 1), ("SAC", 600, 1), ("TD3", 600, 2), ("DDPG", 600, 1)])
+def test_lean_collection_is_sb3s_collection_step_by_step(algo, steps, n_envs):
+    stock, lean = _learn(algo, False, steps, n_envs), _learn(algo, True, steps, n_envs)
+    assert len(stock["steps"]) == len(lean["steps"]) == steps // n_envs
+    assert SB3_LOCALS <= lean["locals"] and stock["locals"] <= lean["locals"] | {"done", "idx"}
+    assert differences(stock, lean) == []
+
+
+def test_a_changed_action_breaks_the_equivalence(monkeypatch):
+    """The test sees a difference in one greedy action: a lean path that took argmin would fail."""
+    from rlaccel_sb3 import collection
+
+    original = collection._policy_predict
+
+    def flipped(model, epsilon_greedy):
+        predict = original(model, epsilon_greedy)
+        return lambda observation: 1 - predict(observation)
+
+    monkeypatch.setattr(collection, "_policy_predict", flipped)
+    assert differences(_learn("DQN", False, 800), _learn("DQN", True, 800))
+
+
+def test_the_callback_installs_lean_collection_for_learn_only_and_never_saves_it(tmp_path):
+    from rlaccel_sb3 import AccelerateCallback
+    from stable_baselines3 import DQN, PPO
+
+    model = _model("DQN")
+    seen = []
+
+    class Spy(AccelerateCallback):
+        def _on_step(self) -> bool:
+            if self.n_calls == 500:
+                self.model.save(tmp_path / "mid.zip")
+            seen.append(self.lean_collection)
+            return True
+
+    model.learn(1_000, callback=Spy(preset="classic_control"))
+    assert seen and all(seen) and "_sample_action" not in model.__dict__
+    with zipfile.ZipFile(tmp_path / "mid.zip") as saved:
+        data = saved.read("data").decode()
+    assert "_sample_action" not in data and "_excluded_save_params" not in data
+    DQN.load(tmp_path / "mid.zip", env=model.get_env()).learn(200)  # SB3's own model again
+    off = Spy(preset="classic_control", fused_collection=False)
+    model.learn(600, callback=off)
+    assert not any(seen[-100:])
+    ppo = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1)
+    callback = AccelerateCallback(preset="classic_control")
+    ppo.learn(64, callback=callback)  # on-policy: SB3's own collection, nothing installed
+    assert not callback.lean_collection and "_sample_action" not in ppo.__dict__
