@@ -7,8 +7,22 @@ batched NatureCNN inference), same run.
 - ``gymnasium + CNN``  — gymnasium's async vector env with ``AtariPreprocessing`` + 4-frame stack,
   same inference
 
-Agent steps per second (frames/s = 4x). Usage:
+Agent steps per second (frames/s = 4x).
+
+``--framework``: SB3's off-policy collection on CartPole-v1 (DQN, RL Zoo settings: ``learn()`` with no
+gradient step, epsilon-greedy past ``learning_starts``), µs per env step, interleaved rounds:
+
+- ``stock``  — SB3's own ``collect_rollouts``;
+- ``lean``   — the same with rlaccel's lean ``_sample_action`` (what ``AccelerateCallback`` installs);
+- ``floor``  — the same VecEnv's step, one forward of the same Q-network on the observation as a
+  tensor, and one write of the transition into preallocated arrays, hand-written: what is left once
+  the framework's loop is gone;
+
+with 1 gymnasium env (``DummyVecEnv``) and 16 envpool envs (``EnvPoolVecEnv``).
+
+Usage:
     python benchmarks/collect_bench.py [--envs 8] [--steps 2000]
+    python benchmarks/collect_bench.py --framework [--rounds 5]
 """
 
 from __future__ import annotations
@@ -88,12 +102,89 @@ def gymnasium_with_inference(envs: int, steps: int) -> float:
     return rate
 
 
+def _dqn(venv):
+    from rlaccel_sb3.train import zoo_settings
+    from stable_baselines3 import DQN
+
+    settings = zoo_settings("dqn", "CartPole-v1")
+    settings.pop("n_timesteps")
+    settings.update(learning_starts=0, gradient_steps=0, exploration_fraction=1e-9, exploration_final_eps=0.05)
+    return DQN("MlpPolicy", venv, seed=0, device="cpu", **settings)
+
+
+def sb3_collection_us(make_env, steps: int, lean: bool) -> float:
+    from rlaccel_sb3.collection import lean_sample_action_for
+    from rlaccel_sb3.overrides import override_method
+
+    model = _dqn(make_env())
+    if lean:
+        override_method(model, "_sample_action", lean_sample_action_for(model))
+    model.learn(1_000)  # warm-up
+    start = time.perf_counter()
+    model.learn(steps, reset_num_timesteps=False)
+    return 1e6 * (time.perf_counter() - start) / steps
+
+
+def floor_us(make_env, steps: int) -> float:
+    """Env step + one Q-network forward + one transition write, by hand (no framework loop)."""
+    venv = make_env()
+    model = _dqn(venv)
+    q_net, n = model.policy.q_net.q_net, venv.num_envs
+    obs = venv.reset()
+    rows = steps // n + 1
+    stored = {"obs": np.zeros((rows, n, 4), np.float32), "next_obs": np.zeros((rows, n, 4), np.float32),
+              "action": np.zeros((rows, n), np.int64), "reward": np.zeros((rows, n), np.float32),
+              "done": np.zeros((rows, n), np.float32)}
+    start = time.perf_counter()
+    with torch.no_grad():
+        for row in range(steps // n):
+            actions = q_net(torch.as_tensor(obs)).argmax(dim=1).numpy()
+            next_obs, rewards, dones, _ = venv.step(actions)
+            stored["obs"][row], stored["next_obs"][row], stored["action"][row] = obs, next_obs, actions
+            stored["reward"][row], stored["done"][row] = rewards, dones
+            obs = next_obs
+    return 1e6 * (time.perf_counter() - start) / (steps // n * n)
+
+
+def framework_rows(rounds: int, steps: int) -> None:
+    import statistics
+
+    from stable_baselines3.common.env_util import make_vec_env
+
+    def gym1():
+        return make_vec_env("CartPole-v1", n_envs=1, seed=0)
+
+    def pool16():
+        from rlaccel_sb3 import EnvPoolVecEnv
+
+        return EnvPoolVecEnv("CartPole-v1", num_envs=16, seed=0)
+
+    print(f"SB3 DQN collection on CartPole-v1 (RL Zoo settings, no updates), us per env step, median of {rounds} "
+          f"interleaved rounds of {steps} env steps; torch threads {torch.get_num_threads()}")
+    print(f"  {'envs':<18} {'stock':>7} {'lean':>7} {'floor':>7} {'lean/stock':>10} {'lean/floor':>10}")
+    for name, make_env, n_steps in (("1 gymnasium", gym1, steps), ("16 envpool", pool16, 8 * steps)):
+        times = {"stock": [], "lean": [], "floor": []}
+        for r in range(rounds):
+            order = [("stock", False), ("lean", True)]
+            for key, lean in order if r % 2 == 0 else order[::-1]:
+                times[key].append(sb3_collection_us(make_env, n_steps, lean))
+            times["floor"].append(floor_us(make_env, n_steps))
+        us = {k: statistics.median(v) for k, v in times.items()}
+        print(f"  {name:<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} "
+              f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=1000, help="vector steps per measurement")
+    parser.add_argument("--framework", action="store_true", help="SB3 off-policy collection: stock, lean, floor")
+    parser.add_argument("--rounds", type=int, default=5, help="--framework: interleaved rounds")
     parser.add_argument("--json", help="write results here")
     args = parser.parse_args()
+    if args.framework:
+        framework_rows(args.rounds, max(args.steps, 4_000))
+        return
     torch.set_grad_enabled(False)
     results = {"raw envpool": raw_envpool(args.envs, args.steps),
                "CNN inference only": inference_only(args.envs, args.steps),
