@@ -5,10 +5,12 @@ model and buffer contents (CartPole transitions; the net sizes are what the step
 
 - **stock**: the algorithm's own ``model.train(gradient_steps, batch_size)``;
 - **fused**: ``rlaccel_sb3.fused.fused_train_for(model)`` — what ``AccelerateCallback`` installs;
-- **floor** (DQN, QR-DQN; not written yet for SAC/TD3): a minimal hand-written step of the same math,
-  no framework and no buffer: indices from ``torch.randint`` into preloaded tensors, target forward
-  under ``no_grad``, online forward, the loss, backward, ``clip_grad_norm_(foreach=True)``,
-  ``Adam(fused=True)``. It says what this machine allows; stock/floor says what there was to win.
+- **floor** (DQN, QR-DQN, SAC, TD3; not PPO): a minimal hand-written step of the same math, no
+  framework and no buffer: indices from ``torch.randint`` into preloaded tensors, target forward under
+  ``no_grad``, online forward, the loss, backward, (DQN: ``clip_grad_norm_(foreach=True)``),
+  ``Adam(fused=True)``, Polyak updates with ``torch._foreach_lerp_`` (SAC: entropy tuning, twin
+  critics; TD3: target noise, the delayed actor step). It says what this machine allows; stock/floor
+  says what there was to win.
 
 Tianshou: DQN as its CartPole example builds it (``ts-dqn`` rows): ``algorithm.update(buffer, batch)``
 of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, and a hand-written double
@@ -44,8 +46,81 @@ def build(algo: str, hidden: tuple[int, ...], device: str = "cpu"):
     return model
 
 
+def _mlp(inputs: int, hidden: tuple[int, ...], outputs: int) -> torch.nn.Sequential:
+    layers, width = [], inputs
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        width = h
+    return torch.nn.Sequential(*layers, torch.nn.Linear(width, outputs))
+
+
+def actor_critic_floor(algo: str, hidden: tuple[int, ...], batch: int, steps: int, data: dict) -> float:
+    """SAC (auto entropy, twin critics, tau 0.005) or TD3 (target noise 0.2/0.5, policy delay 2) on
+    Pendulum-shaped data (3-d observations, 1-d actions), by hand; seconds for ``steps`` steps."""
+    obs, next_obs, actions, rewards, dones = (data[k] for k in ("obs", "next_obs", "actions", "rewards", "dones"))
+    actor = _mlp(3, hidden, 2 if algo == "sac" else 1)
+    critics = torch.nn.ModuleList([_mlp(4, hidden, 1) for _ in range(2)])
+    actor_target, critic_target = copy.deepcopy(actor), copy.deepcopy(critics)
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=3e-4, fused=True)
+    critic_opt = torch.optim.Adam(critics.parameters(), lr=3e-4, fused=True)
+    log_alpha = torch.zeros(1, requires_grad=True)
+    alpha_opt = torch.optim.Adam([log_alpha], lr=3e-4, fused=True)
+    pairs = [(list(critics.parameters()), list(critic_target.parameters())),
+             (list(actor.parameters()), list(actor_target.parameters()))]
+
+    def pi(net, o):  # tanh-squashed Gaussian: action, log-prob
+        mean, log_std = net(o).chunk(2, dim=1)
+        std = log_std.clamp(-20, 2).exp()
+        u = mean + std * torch.randn_like(mean)
+        a = torch.tanh(u)
+        logp = (-0.5 * ((u - mean) / std) ** 2 - std.log() - 0.9189385).sum(1, keepdim=True)
+        return a, logp - torch.log(1 - a**2 + 1e-6).sum(1, keepdim=True)
+
+    start = time.perf_counter()
+    for step in range(steps):
+        idx = torch.randint(0, len(obs), (batch,))
+        o, a, o2, r, d = obs[idx], actions[idx], next_obs[idx], rewards[idx], dones[idx]
+        if algo == "sac":
+            a_pi, logp = pi(actor, o)
+            alpha = log_alpha.detach().exp()
+            alpha_loss = -(log_alpha * (logp + -1.0).detach()).mean()
+            alpha_opt.zero_grad()
+            alpha_loss.backward()
+            alpha_opt.step()
+        with torch.no_grad():
+            if algo == "sac":
+                a2, logp2 = pi(actor, o2)
+            else:
+                a2 = (torch.tanh(actor_target(o2)) + (0.2 * torch.randn_like(a)).clamp(-0.5, 0.5)).clamp(-1, 1)
+            x2 = torch.cat([o2, a2], dim=1)
+            q2 = torch.min(critic_target[0](x2), critic_target[1](x2))
+            if algo == "sac":
+                q2 = q2 - alpha * logp2
+            y = r + (1 - d) * 0.99 * q2
+        x = torch.cat([o, a], dim=1)
+        critic_loss = sum(torch.nn.functional.mse_loss(c(x), y) for c in critics) * (0.5 if algo == "sac" else 1)
+        critic_opt.zero_grad()
+        critic_loss.backward()
+        critic_opt.step()
+        if algo == "sac" or step % 2 == 1:
+            a_new = a_pi if algo == "sac" else torch.tanh(actor(o))
+            q = critics[0](torch.cat([o, a_new], dim=1))
+            if algo == "sac":
+                q = torch.min(q, critics[1](torch.cat([o, a_new], dim=1)))
+            actor_loss = ((alpha * logp - q) if algo == "sac" else -q).mean()
+            actor_opt.zero_grad()
+            actor_loss.backward()
+            actor_opt.step()
+            with torch.no_grad():
+                for params, targets in pairs if algo == "td3" else pairs[:1]:
+                    torch._foreach_lerp_(targets, params, 0.005)
+    return time.perf_counter() - start
+
+
 def floor_step(algo: str, hidden: tuple[int, ...], batch: int, steps: int, rounds_data: dict) -> float:
     """The same math by hand; returns seconds for ``steps`` gradient steps."""
+    if algo in ("sac", "td3"):
+        return actor_critic_floor(algo, hidden, batch, steps, rounds_data)
     obs, next_obs, actions, rewards, dones = (rounds_data[k] for k in ("obs", "next_obs", "actions", "rewards", "dones"))
     n_out = 2 if algo == "dqn" else 2 * 200
     layers, width = [], 4
@@ -106,13 +181,15 @@ def main() -> None:
             n = buf.pos
             data = {"obs": torch.as_tensor(buf.observations[:n, 0]),
                     "next_obs": torch.as_tensor(buf.next_observations[:n, 0]),
-                    "actions": torch.as_tensor(buf.actions[:n, 0]).long(), "rewards": torch.as_tensor(buf.rewards[:n]),
+                    "actions": torch.as_tensor(buf.actions[:n, 0]), "rewards": torch.as_tensor(buf.rewards[:n]),
                     "dones": torch.as_tensor(buf.dones[:n])}
+            if algo in ("dqn", "qrdqn"):
+                data["actions"] = data["actions"].long()
             times = {"stock": [], "fused": [], "floor": []}
             steps = args.steps if (algo, hidden) != ("qrdqn", (256, 256)) else max(4, args.steps // 8)  # ~150 ms each
             stock_model.train(2, batch)  # warm-up
             fused(2, batch)
-            has_floor = algo in ("dqn", "qrdqn")
+            has_floor = True
             for r in range(args.rounds):
                 order = [("stock", stock_model.train), ("fused", fused)]
                 for name, train in order if r % 2 == 0 else order[::-1]:  # alternate who goes first

@@ -21,7 +21,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c "import torch, stable_baselines3 as sb3; print('torch', torch.__version__, '| SB3', sb3.__version__)" \
     | tee -a "$OUT/machine.txt"
 status=0
-timeout 240 python3 -m pytest -q -p no:cacheprovider -s -o addopts="" tests/test_sb3_cuda_graphs.py 2>&1 \
+timeout 240 python3 -m pytest -q -p no:cacheprovider -s -o addopts="" tests/test_sb3_cuda_graphs.py \
+    tests/test_sb3_collection.py::test_lean_collection_is_sb3s_collection_on_cuda 2>&1 \
     | tee "$OUT/equivalence.log" || status=1
 timeout 300 python3 benchmarks/gpu_bench.py --learn "$@" 2>&1 | tee "$OUT/gpu_bench.log" || status=1
 if python3 -c "import tensorrt" 2>/dev/null; then

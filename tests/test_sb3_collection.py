@@ -51,7 +51,7 @@ def _recorder():
     return Recorder()
 
 
-def _model(algo: str, n_envs: int = 1):
+def _model(algo: str, n_envs: int = 1, device: str = "cpu"):
     from sb3_contrib import QRDQN
     from stable_baselines3 import DDPG, DQN, SAC, TD3
     from stable_baselines3.common.env_util import make_vec_env
@@ -59,7 +59,7 @@ def _model(algo: str, n_envs: int = 1):
 
     env_id = "CartPole-v1" if algo in ("DQN", "QRDQN") else "Pendulum-v1"
     env = make_vec_env(env_id, n_envs=n_envs, seed=7)
-    kwargs = dict(learning_starts=300, seed=7, device="cpu", policy_kwargs=dict(net_arch=[32, 32]))
+    kwargs = dict(learning_starts=300, seed=7, device=device, policy_kwargs=dict(net_arch=[32, 32]))
     if algo in ("DQN", "QRDQN"):
         kwargs.update(train_freq=4, target_update_interval=50, exploration_fraction=0.5)
     if algo == "TD3":
@@ -68,11 +68,11 @@ def _model(algo: str, n_envs: int = 1):
     return cls("MlpPolicy", env, **kwargs)
 
 
-def _learn(algo: str, lean: bool, steps: int, n_envs: int = 1) -> dict:
+def _learn(algo: str, lean: bool, steps: int, n_envs: int = 1, device: str = "cpu") -> dict:
     from rlaccel_sb3.collection import lean_sample_action_for
     from rlaccel_sb3.overrides import override_method, remove_override
 
-    model = _model(algo, n_envs)
+    model = _model(algo, n_envs, device)
     if lean:
         override_method(model, "_sample_action", lean_sample_action_for(model))
     recorder = _recorder()
@@ -95,6 +95,14 @@ def test_lean_collection_is_sb3s_collection_step_by_step(algo, steps, n_envs):
     stock, lean = _learn(algo, False, steps, n_envs), _learn(algo, True, steps, n_envs)
     assert len(stock["steps"]) == len(lean["steps"]) == steps // n_envs
     assert SB3_LOCALS <= lean["locals"] and stock["locals"] <= lean["locals"] | {"done", "idx"}
+    assert differences(stock, lean) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")
+@pytest.mark.parametrize("algo", ["DQN", "SAC"])
+def test_lean_collection_is_sb3s_collection_on_cuda(algo):
+    """On a GPU too (SB3's train() on both sides: only collection differs)."""
+    stock, lean = _learn(algo, False, 800, device="cuda"), _learn(algo, True, 800, device="cuda")
     assert differences(stock, lean) == []
 
 
