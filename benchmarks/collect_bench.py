@@ -18,7 +18,10 @@ gradient step, epsilon-greedy past ``learning_starts``), µs per env step, inter
   tensor, and one write of the transition into preallocated arrays, hand-written: what is left once
   the framework's loop is gone;
 
-with 1 gymnasium env (``DummyVecEnv``) and 16 envpool envs (``EnvPoolVecEnv``).
+with 1 gymnasium env (``DummyVecEnv``) and 16 envpool envs (``EnvPoolVecEnv``); and SB3 PPO's
+``collect_rollouts`` with RL Zoo's CartPole settings (8 envs x 32 steps): stock, lean (rlaccel's policy
+``forward``), and a floor (the env step, one forward of the same two MLPs and the categorical draw, one
+write of the step into preallocated arrays).
 
 Usage:
     python benchmarks/collect_bench.py [--envs 8] [--steps 2000]
@@ -174,6 +177,66 @@ def framework_rows(rounds: int, steps: int) -> None:
               f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
 
 
+def _ppo():
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    return PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=0), n_steps=32, batch_size=256,
+               gae_lambda=0.8, gamma=0.98, n_epochs=20, learning_rate=1e-3, seed=0, device="cpu")
+
+
+def ppo_rollout_us(rollouts: int, lean: bool) -> float:
+    from rlaccel_sb3.collection import lean_policy_forward_for
+    from rlaccel_sb3.overrides import override_policy_forward
+
+    model = _ppo()
+    if lean:
+        override_policy_forward(model.policy, lean_policy_forward_for(model))
+    _, callback = model._setup_learn(total_timesteps=10**9, callback=None)
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)  # warm-up
+    start = time.perf_counter()
+    for _ in range(rollouts):
+        model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
+    return 1e6 * (time.perf_counter() - start) / (rollouts * model.n_steps * model.n_envs)
+
+
+def ppo_floor_us(rollouts: int) -> float:
+    """The env step, the two MLPs and the categorical draw, and one write per vector step, by hand."""
+    from rlaccel_sb3.collection import lean_policy_forward_for
+
+    model = _ppo()
+    forward, venv = lean_policy_forward_for(model), model.env
+    obs, n, steps = venv.reset(), venv.num_envs, rollouts * model.n_steps
+    stored = {k: np.zeros((model.n_steps, n), np.float32) for k in ("action", "reward", "value", "log_prob", "start")}
+    observations = np.zeros((model.n_steps, n, 4), np.float32)
+    start = time.perf_counter()
+    with torch.no_grad():
+        for step in range(steps):
+            actions, values, log_probs = forward(torch.as_tensor(obs))
+            actions = actions.numpy()
+            new_obs, rewards, dones, _ = venv.step(actions)
+            row = step % model.n_steps
+            observations[row] = obs
+            stored["action"][row], stored["reward"][row], stored["start"][row] = actions, rewards, dones
+            stored["value"][row], stored["log_prob"][row] = values.numpy().ravel(), log_probs.numpy()
+            obs = new_obs
+    return 1e6 * (time.perf_counter() - start) / (steps * n)
+
+
+def ppo_rows(rounds: int) -> None:
+    import statistics
+
+    times = {"stock": [], "lean": [], "floor": []}
+    for r in range(rounds):
+        order = [("stock", False), ("lean", True)]
+        for key, lean in order if r % 2 == 0 else order[::-1]:
+            times[key].append(ppo_rollout_us(20, lean))
+        times["floor"].append(ppo_floor_us(20))
+    us = {k: statistics.median(v) for k, v in times.items()}
+    print(f"  {'PPO, 8 gymnasium':<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} "
+          f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", type=int, default=8)
@@ -184,6 +247,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.framework:
         framework_rows(args.rounds, max(args.steps, 4_000))
+        ppo_rows(args.rounds)
         return
     torch.set_grad_enabled(False)
     results = {"raw envpool": raw_envpool(args.envs, args.steps),

@@ -144,6 +144,74 @@ def test_the_callback_installs_lean_collection_for_learn_only_and_never_saves_it
     model.learn(600, callback=off)
     assert not any(seen[-100:])
     ppo = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1)
-    callback = AccelerateCallback(preset="classic_control")
-    ppo.learn(64, callback=callback)  # on-policy: SB3's own collection, nothing installed
-    assert not callback.lean_collection and "_sample_action" not in ppo.__dict__
+    on_policy = []
+
+    class PolicySpy(AccelerateCallback):
+        def _on_step(self) -> bool:
+            on_policy.append(self.lean_collection and "forward" in self.model.policy.__dict__)
+            return True
+
+    ppo.learn(128, callback=PolicySpy(preset="classic_control"))  # on-policy: the policy's forward
+    assert on_policy and all(on_policy) and "forward" not in ppo.policy.__dict__
+    ppo.save(tmp_path / "ppo.zip")
+    PPO.load(tmp_path / "ppo.zip", env=ppo.get_env()).learn(64)
+
+
+def _on_policy_learn(algo: str, lean: bool, steps: int) -> dict:
+    from rlaccel_sb3.collection import lean_policy_forward_for
+    from rlaccel_sb3.overrides import override_policy_forward, remove_policy_forward
+    from stable_baselines3 import A2C, PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=3)
+    if algo == "PPO":  # RL Zoo's CartPole settings
+        model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=4,
+                    learning_rate=1e-3, seed=3, device="cpu")
+    else:
+        model = A2C("MlpPolicy", env, seed=3, device="cpu")
+    if lean:
+        forward = lean_policy_forward_for(model)
+        assert forward is not None
+        override_policy_forward(model.policy, forward)
+    seen = []
+
+    class Recorder(BaseCallback):
+        def _on_step(self) -> bool:
+            seen.append({k: copy.deepcopy(self.locals[k]) for k in
+                         ("actions", "values", "log_probs", "clipped_actions", "new_obs", "rewards", "dones")})
+            return True
+
+    model.learn(steps, callback=Recorder())
+    if lean:
+        remove_policy_forward(model.policy)
+    buffer = model.rollout_buffer
+    return {"steps": seen, "parameters": dict(model.policy.state_dict()),
+            "buffer": {k: getattr(buffer, k).copy() for k in
+                       ("observations", "actions", "rewards", "returns", "values", "log_probs", "advantages")},
+            "episodes": _without_clock(list(model.ep_info_buffer)), "num_timesteps": model.num_timesteps,
+            "logged": _without_clock(dict(model.logger.name_to_value)),
+            "rng": (np.random.get_state()[1].copy(), torch.get_rng_state())}
+
+
+def test_a_changed_draw_breaks_the_on_policy_equivalence(monkeypatch):
+    """A lean forward that sampled with argmax-of-probabilities instead of the multinomial draw fails."""
+    from rlaccel_sb3 import collection
+
+    original = collection.lean_policy_forward_for
+
+    def greedy_forward(model):
+        forward = original(model)
+        return lambda obs, deterministic=False: forward(obs, deterministic=True)
+
+    monkeypatch.setattr(collection, "lean_policy_forward_for", greedy_forward)
+    assert differences(_on_policy_learn("PPO", False, 512), _on_policy_learn("PPO", True, 512))
+
+
+@pytest.mark.parametrize("algo", ["PPO", "A2C"])
+def test_lean_on_policy_collection_is_sb3s_step_by_step(algo):
+    """PPO/A2C: every vector step's actions, values, log-probabilities, observations, rewards and dones,
+    the rollout buffer (returns, advantages), weights after training on it, and the RNG: bit-identical."""
+    stock, lean = _on_policy_learn(algo, False, 2_048), _on_policy_learn(algo, True, 2_048)
+    assert len(stock["steps"]) == len(lean["steps"]) >= 2_048 // 8
+    assert differences(stock, lean) == []

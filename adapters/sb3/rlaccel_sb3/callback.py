@@ -13,7 +13,14 @@ from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard
 from rlaccel_plugins.updates.precision import resolve_dtype, update_autocast
 from rlaccel_sb3.networks import critic_networks, trained_networks
-from rlaccel_sb3.overrides import override_method, override_train, remove_override, remove_train_override
+from rlaccel_sb3.overrides import (
+    override_method,
+    override_policy_forward,
+    override_train,
+    remove_override,
+    remove_policy_forward,
+    remove_train_override,
+)
 from rlaccel_sb3.weights import ImportanceWeightHook
 
 
@@ -71,7 +78,6 @@ class SparseDenseCallback(BaseCallback):
         if self.guard is not None and self._saved_guard is not None:  # the loss scale and counters go on
             self.guard.load_state_dict(self._saved_guard)
         self._install_train()
-        self._install_collection()
         for net in networks if self.guard is not None else ():
             self.guard.attach(net.optimizer)
         if self.sparse:
@@ -89,6 +95,7 @@ class SparseDenseCallback(BaseCallback):
         if buffer is not None and getattr(getattr(buffer, "engine", None), "config", None) is not None \
                 and buffer.engine.config.importance_beta is not None and not self.fused:  # fused: in the loss
             self.weights = ImportanceWeightHook(buffer, critic_networks(self.model))
+        self._install_collection()  # after the schedule traced the networks through their own forward
         self._fps = FpsMeter(self.num_timesteps)
         self._log_cadence = EnvStepCadence(self.config.monitoring.log_interval)
         self._log_cadence.start(self.num_timesteps)
@@ -154,23 +161,34 @@ class SparseDenseCallback(BaseCallback):
         override_train(model, train)
 
     def _lean_sample_action(self):
-        """The lean ``_sample_action`` to run instead of SB3's (None here: see :class:`AccelerateCallback`)."""
+        """The lean ``_sample_action`` (off-policy) or policy ``forward`` (on-policy) to run instead of
+        SB3's (None here: see :class:`AccelerateCallback`)."""
         return
 
     def _install_collection(self) -> None:
+        """Off-policy: the model's ``_sample_action``; on-policy: the policy's ``forward`` (what
+        ``collect_rollouts`` calls per vector step), each where a lean one exists; never saved."""
         model = self.model
-        if "_sample_action" in model.__dict__:
+        policy = model.policy
+        if "_sample_action" in model.__dict__ or "forward" in policy.__dict__:
             return  # the user's own override stays as it is
         lean = self._lean_sample_action()
-        if lean is not None:
-            lean._rlaccel_collection = True
+        if lean is None:
+            return
+        from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+        lean._rlaccel_collection = True
+        if isinstance(model, OffPolicyAlgorithm):
             override_method(model, "_sample_action", lean)
+        else:
+            override_policy_forward(policy, lean)
 
     @property
     def lean_collection(self) -> bool:
-        """Whether the model's action selection during collection runs lean in this ``learn()``."""
+        """Whether the model's collection runs lean in this ``learn()``."""
         model = getattr(self, "model", None)
-        return model is not None and getattr(model.__dict__.get("_sample_action"), "_rlaccel_collection", False)
+        return model is not None and any(getattr(owner.__dict__.get(name), "_rlaccel_collection", False)
+                                         for owner, name in ((model, "_sample_action"), (model.policy, "forward")))
 
     @property
     def fused(self) -> bool:
@@ -209,6 +227,8 @@ class SparseDenseCallback(BaseCallback):
             remove_train_override(model)  # back to the class's own train()
         if model is not None and getattr(model.__dict__.get("_sample_action"), "_rlaccel_collection", False):
             remove_override(model, "_sample_action")
+        if model is not None and getattr(model.policy.__dict__.get("forward"), "_rlaccel_collection", False):
+            remove_policy_forward(model.policy)
 
 
 class AccelerateCallback(SparseDenseCallback):
@@ -243,11 +263,11 @@ class AccelerateCallback(SparseDenseCallback):
         from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
         from rlaccel_plugins.fused.selection import select_fused
-        from rlaccel_sb3.collection import SUPPORTED, lean_sample_action_for
+        from rlaccel_sb3.collection import SUPPORTED, lean_policy_forward_for, lean_sample_action_for
 
-        if not isinstance(self.model, OffPolicyAlgorithm):
-            return None  # on-policy collection: not yet
-        return select_fused(self.config.training.fused_collection, lean_sample_action_for(self.model),
+        off_policy = isinstance(self.model, OffPolicyAlgorithm)
+        lean = lean_sample_action_for(self.model) if off_policy else lean_policy_forward_for(self.model)
+        return select_fused(self.config.training.fused_collection, lean,
                             algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED,
                             key="fused_collection", what="collection")
 

@@ -1,4 +1,4 @@
-"""Lean action selection for SB3's off-policy collection: the same actions, a fraction of the time.
+"""Lean action selection for SB3's collection: the same actions, a fraction of the time.
 
 SB3's ``collect_rollouts`` asks ``_sample_action`` for each vector step's action, which goes through
 ``model.predict`` → ``policy.predict``: the policy is switched to eval mode on every call (a walk over
@@ -12,6 +12,10 @@ differs only where no result depends on it: the eval-mode walk only when the pol
 mode already, and a plain Box observation (not an image, not a dict) of the VecEnv's shape used as a
 tensor view instead of copied and re-checked. ``AccelerateCallback`` installs it for ``learn()``
 (``training.fused_collection``); equivalence is tested step by step in ``tests/test_sb3_collection.py``.
+
+On-policy (PPO, A2C), ``collect_rollouts`` calls ``policy(obs)`` once per vector step:
+:func:`lean_policy_forward_for` gives an MLP policy with Discrete actions a ``forward`` of the same
+tensor ops and the same ``torch.multinomial`` draw, without module calls or distribution objects.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG")
+SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # PPO/A2C: MLP policy, Discrete actions
 
 
 def lean_sample_action_for(model) -> Callable[..., tuple[np.ndarray, np.ndarray]] | None:
@@ -131,31 +135,94 @@ FLAT = {torch.nn.Linear: lambda m, x: torch.nn.functional.linear(x, m.weight, m.
         torch.nn.ReLU: lambda m, x: torch.relu(x), torch.nn.Tanh: lambda m, x: torch.tanh(x)}
 
 
+def _flat(modules: list, *sequences) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The layers of ``sequences`` (``Sequential`` of Linear/ReLU/Tanh, or one Linear) as one function of
+    the same tensor ops without module calls; None where a layer is anything else or any of
+    ``modules`` (and the layers) has a forward hook, or a global one is set."""
+    from torch.nn.modules import module as torch_module
+
+    layers = []
+    for seq in sequences:
+        if type(seq) is torch.nn.Sequential:
+            layers += list(seq)
+        elif type(seq) in FLAT:
+            layers.append(seq)
+        else:
+            return None
+    if any(type(m) not in FLAT for m in layers) or any(
+            m._forward_hooks or m._forward_pre_hooks for m in [*modules, *sequences, *layers]) or any(
+            (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks)):
+        return None
+    steps = [(FLAT[type(m)], m) for m in layers]
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        for function, module in steps:
+            x = function(module, x)
+        return x
+
+    return forward
+
+
 def _flat_greedy(policy) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """SB3's DQN ``q_net._predict`` on a plain-Box observation — ``preprocess_obs`` (``.float()``),
     ``Flatten``, the ``Sequential`` MLP, ``argmax`` — as the same tensor ops without the nine module calls
     (~3 µs of hook checks each), or None where the network is anything else or has hooks."""
     from stable_baselines3.common.torch_layers import FlattenExtractor
     from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
-    from torch.nn.modules import module as torch_module
 
     q_net = getattr(policy, "q_net", None)
     if not isinstance(policy, DQNPolicy) or type(q_net) is not QNetwork \
-            or type(q_net.features_extractor) is not FlattenExtractor or len(policy.observation_space.shape) != 1 \
-            or type(q_net.q_net) is not torch.nn.Sequential:
+            or type(q_net.features_extractor) is not FlattenExtractor or len(policy.observation_space.shape) != 1:
         return None
-    layers = list(q_net.q_net)
-    modules = [q_net, q_net.features_extractor, q_net.features_extractor.flatten, q_net.q_net, *layers]
-    if any(type(m) not in FLAT for m in layers) or any(
-            m._forward_hooks or m._forward_pre_hooks for m in modules) or any(
-            (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks)):
+    extractor = q_net.features_extractor
+    mlp = _flat([policy, q_net, extractor, extractor.flatten], q_net.q_net)
+    if mlp is None:
         return None
-    steps = [(FLAT[type(m)], m) for m in layers]
 
     def greedy(observation: torch.Tensor) -> torch.Tensor:
-        x = observation.float()  # a (n, features) batch: Flatten is the identity on it
-        for forward, module in steps:
-            x = forward(module, x)
-        return x.argmax(dim=1).reshape(-1)
+        # preprocess_obs is .float(); Flatten is the identity on a (n, features) batch
+        return mlp(observation.float()).argmax(dim=1).reshape(-1)
 
     return greedy
+
+
+# ---------------------------------------------------------------------------------------- on-policy
+def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
+    """A lean ``policy.forward`` for PPO/A2C's collection (SB3's ``ActorCriticPolicy.forward``: values,
+    sampled actions and their log-probabilities) for an MLP policy on a 1-D Box observation with a
+    Discrete action space: the same tensor ops and the same ``torch.multinomial`` draw as SB3's
+    ``Categorical`` distribution, without the module calls and the distribution objects. None elsewhere."""
+    from stable_baselines3.common.distributions import CategoricalDistribution
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+    from stable_baselines3.common.policies import ActorCriticPolicy
+    from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
+
+    policy = model.policy
+    if not isinstance(model, OnPolicyAlgorithm) or type(policy) is not ActorCriticPolicy or model.use_sde \
+            or not policy.share_features_extractor or type(policy.features_extractor) is not FlattenExtractor \
+            or type(policy.mlp_extractor) is not MlpExtractor or type(policy.action_dist) is not CategoricalDistribution \
+            or not isinstance(model.action_space, spaces.Discrete) \
+            or not isinstance(policy.observation_space, spaces.Box) or len(policy.observation_space.shape) != 1:
+        return None
+    extractor, mlp = policy.features_extractor, policy.mlp_extractor
+    hooked = [policy, extractor, extractor.flatten, mlp]
+    actor, critic = _flat(hooked, mlp.policy_net, policy.action_net), _flat(hooked, mlp.value_net, policy.value_net)
+    if actor is None or critic is None:
+        return None
+    n_actions = int(model.action_space.n)
+
+    def forward(obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        features = obs.float()
+        logits = actor(features)
+        values = critic(features)
+        logits = logits - logits.logsumexp(dim=-1, keepdim=True)  # torch's Categorical(logits=...)
+        if deterministic:
+            actions = torch.argmax(torch.softmax(logits, dim=-1), dim=1)
+        else:
+            probs = torch.softmax(logits, dim=-1)
+            actions = torch.multinomial(probs.reshape(-1, n_actions), 1, True).T.reshape(probs.shape[:-1])
+        log_prob = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        return actions.reshape(-1), values, log_prob
+
+    forward.__doc__ = f"rlaccel's lean {type(policy).__name__}.forward for collection (same ops, no module calls)"
+    return forward

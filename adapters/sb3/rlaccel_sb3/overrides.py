@@ -50,5 +50,16 @@ def overridden_train(model) -> Callable | None:
     return model.__dict__.get("train")
 
 
+def override_policy_forward(policy, forward: Callable) -> None:
+    """Make ``forward`` the policy's ``forward`` (``policy(obs)`` in on-policy collection calls it). The
+    policy is saved as its ``state_dict``, which holds no attribute of this kind."""
+    policy.__dict__["forward"] = forward
+
+
+def remove_policy_forward(policy) -> None:
+    """Back to the policy class's own ``forward``; a no-op without an override."""
+    policy.__dict__.pop("forward", None)
+
+
 def _excluded_with_overrides(model) -> list[str]:
     return [*type(model)._excluded_save_params(model), *OVERRIDABLE, EXCLUDER]
