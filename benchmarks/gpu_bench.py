@@ -9,7 +9,8 @@ step costs does not depend on what the pixels show.
 End to end (``--learn``): ``model.learn()`` wall time with SB3 alone and with
 ``AccelerateCallback(sparse=False)`` (fused updates + the guard, the same math: no sparse phases), on RL
 Zoo's CartPole DQN settings (20k env steps, 128 gradient steps every 256) and Pendulum SAC (3k env
-steps, one gradient step per env step), same seed.
+steps, one gradient step per env step) and CartPole PPO (16k env steps: 8 envs x 32 steps, 20 epochs;
+no CUDA graphs for PPO — its fused ``train()`` runs eagerly — but lean collection), same seed.
 
 Usage (on a machine with a GPU; ``benchmarks/gpu_check.sh`` runs it):
     python benchmarks/gpu_bench.py [--steps 100] [--rounds 5] [--learn]
@@ -103,7 +104,8 @@ def main() -> None:
 
 def learn_rows() -> None:
     from rlaccel_sb3 import AccelerateCallback
-    from stable_baselines3 import DQN, SAC
+    from stable_baselines3 import DQN, PPO, SAC
+    from stable_baselines3.common.env_util import make_vec_env
 
     cases = {
         "DQN CartPole (RL Zoo)": (lambda: DQN(
@@ -113,6 +115,10 @@ def learn_rows() -> None:
             seed=0, device="cuda"), 20_000),
         "SAC Pendulum (RL Zoo)": (lambda: SAC("MlpPolicy", "Pendulum-v1", learning_rate=1e-3, learning_starts=100,
                                               seed=0, device="cuda"), 3_000),
+        "PPO CartPole (RL Zoo)": (lambda: PPO(
+            "MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=0), n_steps=32, batch_size=256, gae_lambda=0.8,
+            gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, seed=0, device="cuda"),
+            16_384),
     }
     print(f"\n{'learn() end to end':<24} {'env steps':>9} {'stock s':>8} {'rlaccel s':>9} {'speed-up':>8}")
     for name, (make, steps) in cases.items():
