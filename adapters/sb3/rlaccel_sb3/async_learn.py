@@ -57,6 +57,9 @@ def learn_async(model: OffPolicyAlgorithm, total_timesteps: int, callback: Any =
                          "Train synchronously (model.learn) with VecNormalize.")
     total_timesteps, callback = model._setup_learn(total_timesteps, callback, reset_num_timesteps)
     callback.on_training_start(locals(), globals())
+    graphs = getattr(model.__dict__.get("train"), "graphs", None)
+    if graphs is not None:  # the actor thread launches kernels while a graph would be captured: no graphs
+        graphs.cuda_graphs = False
     replay_ratio(model)  # validates train_freq
     actor = copy.deepcopy(model.policy)  # the acting copy; the learner trains model.policy
     actor.set_training_mode(False)
