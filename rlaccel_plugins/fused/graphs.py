@@ -94,7 +94,8 @@ class StepGraphs:
                  *, enabled: bool, guard: Any = None, warmup: int = 2, max_graphs: int = 8) -> None:
         self.step, self.optimizers, self.enabled, self.guard = step, list(optimizers), enabled, guard
         self.warmup, self.max_graphs = max(1, warmup), max_graphs  # warm-up creates the optimizer state
-        self._graphs: dict[Hashable, tuple[torch.cuda.CUDAGraph, tuple, tuple]] = {}
+        # key -> (graph, static inputs, static outputs, the optimizers it steps)
+        self._graphs: dict[Hashable, tuple[torch.cuda.CUDAGraph, tuple, tuple, list]] = {}
         self._seen: dict[Hashable, int] = {}
         self._kernels: OptimizerKernels | None = None
         self._lifted: list[tuple[torch.optim.Optimizer, OrderedDict]] = []
@@ -118,7 +119,10 @@ class StepGraphs:
         return self
 
     def restore(self) -> None:
+        """Flush the guard's counters, drop the graphs, put the hooks and the optimizers' kernels back."""
         self.flush()
+        self._graphs.clear()
+        self._seen.clear()
         for optimizer, hooks in self._lifted:
             hooks.update(optimizer._optimizer_step_post_hooks)  # hooks registered meanwhile stay
             optimizer._optimizer_step_post_hooks = hooks
