@@ -23,9 +23,15 @@ with 1 gymnasium env (``DummyVecEnv``) and 16 envpool envs (``EnvPoolVecEnv``); 
 ``forward``), and a floor (the env step, one forward of the same two MLPs and the categorical draw, one
 write of the step into preallocated arrays).
 
+``--split``: how to divide this machine's cores between emulation and batched NatureCNN inference on
+Pong (``EnvPoolVecEnv(sb3_atari=True)``): agent steps/s for envpool worker threads x torch threads,
+with SB3's ``policy.predict`` and with a lean forward (``torch.inference_mode``, the Q-network called
+directly on the uint8 frames, ``argmax``), channels-last or not.
+
 Usage:
     python benchmarks/collect_bench.py [--envs 8] [--steps 2000]
     python benchmarks/collect_bench.py --framework [--rounds 5]
+    python benchmarks/collect_bench.py --split [--envs 8] [--steps 300]
 """
 
 from __future__ import annotations
@@ -103,6 +109,43 @@ def gymnasium_with_inference(envs: int, steps: int) -> float:
     rate = steps * envs / (time.perf_counter() - start)
     venv.close()
     return rate
+
+
+def split_rows(envs: int, steps: int) -> None:
+    """Agent steps/s of envpool + batched NatureCNN inference per (envpool threads, torch threads, path)."""
+    from rlaccel_sb3 import EnvPoolVecEnv
+
+    print(f"Pong, {envs} envs, {steps} vector steps per cell; agent steps/s (frames/s = 4x)")
+    print(f"  {'envpool thr':>11} {'torch thr':>9} {'SB3 predict':>12} {'lean':>8} {'lean, channels-last':>20}")
+    for pool_threads in (1, 2):
+        venv = EnvPoolVecEnv("Pong-v5", num_envs=envs, seed=0, sb3_atari=True, num_threads=pool_threads)
+        policy = policy_for(venv.observation_space, venv.action_space)
+        policy.set_training_mode(False)
+        q_net = policy.q_net
+        for torch_threads in (1, 2):
+            torch.set_num_threads(torch_threads)
+            rates = {}
+            for name in ("predict", "lean", "channels_last"):
+                if name == "channels_last":
+                    q_net.to(memory_format=torch.channels_last)
+                obs = venv.reset()
+                start = time.perf_counter()
+                for _ in range(steps):
+                    if name == "predict":
+                        actions, _ = policy.predict(obs, deterministic=True)
+                    else:
+                        with torch.inference_mode():
+                            frames = torch.as_tensor(obs)
+                            if name == "channels_last":
+                                frames = frames.contiguous(memory_format=torch.channels_last)
+                            actions = q_net(frames).argmax(dim=1).numpy()
+                    obs, _, _, _ = venv.step(actions)
+                rates[name] = steps * envs / (time.perf_counter() - start)
+                if name == "channels_last":
+                    q_net.to(memory_format=torch.contiguous_format)
+            print(f"  {pool_threads:>11} {torch_threads:>9} {rates['predict']:>12,.0f} {rates['lean']:>8,.0f} "
+                  f"{rates['channels_last']:>20,.0f}", flush=True)
+        venv.close()
 
 
 def _dqn(venv):
@@ -243,8 +286,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000, help="vector steps per measurement")
     parser.add_argument("--framework", action="store_true", help="SB3 off-policy collection: stock, lean, floor")
     parser.add_argument("--rounds", type=int, default=5, help="--framework: interleaved rounds")
+    parser.add_argument("--split", action="store_true", help="Pong: envpool threads x torch threads x inference path")
     parser.add_argument("--json", help="write results here")
     args = parser.parse_args()
+    if args.split:
+        split_rows(args.envs, args.steps)
+        return
     if args.framework:
         framework_rows(args.rounds, max(args.steps, 4_000))
         ppo_rows(args.rounds)
