@@ -21,7 +21,9 @@ gradient step, epsilon-greedy past ``learning_starts``), µs per env step, inter
 with 1 gymnasium env (``DummyVecEnv``) and 16 envpool envs (``EnvPoolVecEnv``); and SB3 PPO's
 ``collect_rollouts`` with RL Zoo's CartPole settings (8 envs x 32 steps): stock, lean (rlaccel's policy
 ``forward``), and a floor (the env step, one forward of the same two MLPs and the categorical draw, one
-write of the step into preallocated arrays).
+write of the step into preallocated arrays); and Tianshou's ``Collector`` against rlaccel's
+``LeanCollector`` with the DQN example's settings (10 envs, 128-128-128 net, eps 0.1), floor = the same
+envs' step with resets, one forward and one write.
 
 ``--split``: how to divide this machine's cores between emulation and batched NatureCNN inference on
 Pong (``EnvPoolVecEnv(sb3_atari=True)``): agent steps/s for envpool worker threads x torch threads,
@@ -280,6 +282,67 @@ def ppo_rows(rounds: int) -> None:
           f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
 
 
+def _tianshou_dqn():
+    import gymnasium as gym
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+
+    torch.manual_seed(0)
+    policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=[128, 128, 128]),
+                                     action_space=gym.spaces.Discrete(2), eps_training=0.1)
+    envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(10)])
+    return DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, n_step_return_horizon=3), envs
+
+
+def tianshou_collect_us(lean: bool, steps: int) -> float:
+    from rlaccel_tianshou import LeanCollector
+    from tianshou.data import Collector, VectorReplayBuffer
+
+    dqn, envs = _tianshou_dqn()
+    collector = (LeanCollector if lean else Collector)(dqn, envs, VectorReplayBuffer(20_000, 10),
+                                                      exploration_noise=True)
+    collector.reset()
+    collector.collect(n_step=1_000)
+    start = time.perf_counter()
+    collector.collect(n_step=steps)
+    return 1e6 * (time.perf_counter() - start) / steps
+
+
+def tianshou_floor_us(steps: int) -> float:
+    dqn, envs = _tianshou_dqn()
+    net, n = dqn.policy.model, 10
+    obs, _ = envs.reset()
+    stored = np.zeros((steps // n + 1, n, 4), np.float32)
+    start = time.perf_counter()
+    with torch.no_grad():
+        for row in range(steps // n):
+            actions = net(obs)[0].argmax(dim=1).numpy()
+            next_obs, _, terminated, truncated, _ = envs.step(actions)
+            stored[row] = obs
+            done = np.flatnonzero(np.logical_or(terminated, truncated))
+            if len(done):
+                next_obs[done] = envs.reset(done)[0]
+            obs = next_obs
+    return 1e6 * (time.perf_counter() - start) / (steps // n * n)
+
+
+def tianshou_rows(rounds: int) -> None:
+    import statistics
+
+    times = {"stock": [], "lean": [], "floor": []}
+    for r in range(rounds):
+        order = [("stock", False), ("lean", True)]
+        for key, lean in order if r % 2 == 0 else order[::-1]:
+            times[key].append(tianshou_collect_us(lean, 5_000))
+        times["floor"].append(tianshou_floor_us(5_000))
+    us = {k: statistics.median(v) for k, v in times.items()}
+    print(f"  {'Tianshou, 10 envs':<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} "
+          f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", type=int, default=8)
@@ -295,6 +358,7 @@ def main() -> None:
     if args.framework:
         framework_rows(args.rounds, max(args.steps, 4_000))
         ppo_rows(args.rounds)
+        tianshou_rows(args.rounds)
         return
     torch.set_grad_enabled(False)
     results = {"raw envpool": raw_envpool(args.envs, args.steps),

@@ -2,7 +2,8 @@
 
     python examples/tianshou_dqn_cartpole.py [--steps 100000] [--seed 0]
 
-The rlaccel line is marked; with `VectorReplayBuffer(50_000, 10)` there it is a plain Tianshou run.
+The rlaccel lines are marked; with `VectorReplayBuffer(50_000, 10)` and `Collector` there it is a plain
+Tianshou run.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-from rlaccel_tianshou import TieredVectorReplayBuffer
+from rlaccel_tianshou import LeanCollector, TieredVectorReplayBuffer
 from tianshou.algorithm import DQN
 from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
 from tianshou.algorithm.optim import AdamOptimizerFactory
@@ -38,7 +39,7 @@ def train(seed: int = 0, max_steps: int = 100_000) -> tuple[float, int, float]:
     algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.99, n_step_return_horizon=3,
                     target_update_freq=500)
     buffer = TieredVectorReplayBuffer(50_000, NUM_ENVS, preset="classic_control")          # rlaccel
-    training_collector = Collector(algorithm, training_envs, buffer, exploration_noise=True)
+    training_collector = LeanCollector(algorithm, training_envs, buffer, exploration_noise=True)  # rlaccel
     test_collector = Collector(algorithm, test_envs)
     training_collector.reset()
     training_collector.collect(n_step=1000, random=True)

@@ -24,6 +24,7 @@ _LAZY = {
     "with_rlaccel": "rlaccel_tianshou.acceleration",
     "TieredCollectorFactory": "rlaccel_tianshou.acceleration",
     "SparseDenseWrapperFactory": "rlaccel_tianshou.acceleration",
+    "LeanCollector": "rlaccel_tianshou.collector",
 }
 
 __all__ = sorted(_LAZY)  # noqa: PLE0605 - the lazy table is the one list of public names

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tianshou.data import Collector, ReplayBuffer, ReplayBufferManager, VectorReplayBuffer
+from tianshou.data import ReplayBuffer, ReplayBufferManager, VectorReplayBuffer
 from tianshou.highlevel.params.algorithm_wrapper import AlgorithmWrapperFactory
 from tianshou.highlevel.params.collector import CollectorFactory
 
@@ -100,7 +100,8 @@ def _copy_contents(source: ReplayBuffer, target: ReplayBuffer) -> None:
 
 
 class TieredCollectorFactory(CollectorFactory):
-    """High-level API: collectors whose replay buffer is tiered (same size and options as configured).
+    r"""High-level API: :class:`~rlaccel_tianshou.collector.LeanCollector`\ s whose replay buffer is tiered
+    (same size and options as configured).
 
     ``ExperimentBuilder(...).with_collector_factory(TieredCollectorFactory("classic_control"))``
     """
@@ -109,9 +110,11 @@ class TieredCollectorFactory(CollectorFactory):
         self.preset, self.tiers = preset, tiers
 
     def create_collector(self, algorithm, vector_env, buffer=None, exploration_noise: bool = False):
+        from rlaccel_tianshou.collector import LeanCollector
+
         if buffer is not None:
             buffer = tiered_buffer_like(buffer, self.preset, **self.tiers)
-        return Collector(algorithm, vector_env, buffer, exploration_noise=exploration_noise)
+        return LeanCollector(algorithm, vector_env, buffer, exploration_noise=exploration_noise)
 
 
 class SparseDenseWrapperFactory(AlgorithmWrapperFactory):

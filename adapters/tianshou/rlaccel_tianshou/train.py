@@ -32,6 +32,7 @@ from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.checkpointing import Checkpoints, StoppedBySignal
+from rlaccel_tianshou.collector import LeanCollector
 from rlaccel_tianshou.envs import make_envs
 from rlaccel_tianshou.wrapper import SparseDenseWrapper
 
@@ -91,8 +92,9 @@ class TianshouTraining:
             self.buffer = buffer
             offset = saved["env_steps"]
             policy.set_eps_training(saved.get("eps_training", self.eps))
-        training_collector = Collector(algorithm, make_envs(spec.env_id, num_envs, spec.seed + offset, not spec.own_recipe),
-                                       buffer, exploration_noise=True)
+        collector_class = Collector if spec.stock else LeanCollector  # LeanCollector: same transitions, leaner
+        training_collector = collector_class(algorithm, make_envs(spec.env_id, num_envs, spec.seed + offset,
+                                                                  not spec.own_recipe), buffer, exploration_noise=True)
         eval_collector = Collector(algorithm, make_envs(spec.env_id, spec.eval_episodes, spec.seed + 10_000, False))
         training_collector.reset(reset_buffer=not spec.resume)
         if not spec.resume:  # the random warm-up counts toward --steps, and takes at most half of them
