@@ -157,14 +157,14 @@ def test_the_callback_installs_lean_collection_for_learn_only_and_never_saves_it
     PPO.load(tmp_path / "ppo.zip", env=ppo.get_env()).learn(64)
 
 
-def _on_policy_learn(algo: str, lean: bool, steps: int) -> dict:
+def _on_policy_learn(algo: str, lean: bool, steps: int, env_id: str = "CartPole-v1") -> dict:
     from rlaccel_sb3.collection import lean_policy_forward_for
     from rlaccel_sb3.overrides import override_policy_forward, remove_policy_forward
     from stable_baselines3 import A2C, PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=3)
+    env = make_vec_env(env_id, n_envs=8, seed=3)
     if algo == "PPO":  # RL Zoo's CartPole settings
         model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=4,
                     learning_rate=1e-3, seed=3, device="cpu")
@@ -194,8 +194,9 @@ def _on_policy_learn(algo: str, lean: bool, steps: int) -> dict:
             "rng": (np.random.get_state()[1].copy(), torch.get_rng_state())}
 
 
-def test_a_changed_draw_breaks_the_on_policy_equivalence(monkeypatch):
-    """A lean forward that sampled with argmax-of-probabilities instead of the multinomial draw fails."""
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_a_changed_draw_breaks_the_on_policy_equivalence(monkeypatch, env_id):
+    """A lean forward that took the distribution's mode instead of its draw fails."""
     from rlaccel_sb3 import collection
 
     original = collection.lean_policy_forward_for
@@ -205,13 +206,15 @@ def test_a_changed_draw_breaks_the_on_policy_equivalence(monkeypatch):
         return lambda obs, deterministic=False: forward(obs, deterministic=True)
 
     monkeypatch.setattr(collection, "lean_policy_forward_for", greedy_forward)
-    assert differences(_on_policy_learn("PPO", False, 512), _on_policy_learn("PPO", True, 512))
+    assert differences(_on_policy_learn("PPO", False, 512, env_id), _on_policy_learn("PPO", True, 512, env_id))
 
 
-@pytest.mark.parametrize("algo", ["PPO", "A2C"])
-def test_lean_on_policy_collection_is_sb3s_step_by_step(algo):
-    """PPO/A2C: every vector step's actions, values, log-probabilities, observations, rewards and dones,
-    the rollout buffer (returns, advantages), weights after training on it, and the RNG: bit-identical."""
-    stock, lean = _on_policy_learn(algo, False, 2_048), _on_policy_learn(algo, True, 2_048)
+@pytest.mark.parametrize(("algo", "env_id"), [("PPO", "CartPole-v1"), ("A2C", "CartPole-v1"), ("PPO", "Pendulum-v1"),
+                                              ("A2C", "Pendulum-v1")])
+def test_lean_on_policy_collection_is_sb3s_step_by_step(algo, env_id):
+    """PPO/A2C, Discrete and Box actions: every vector step's actions, values, log-probabilities,
+    observations, rewards and dones, the rollout buffer (returns, advantages), weights after training on
+    it, and the RNG: bit-identical."""
+    stock, lean = _on_policy_learn(algo, False, 2_048, env_id), _on_policy_learn(algo, True, 2_048, env_id)
     assert len(stock["steps"]) == len(lean["steps"]) >= 2_048 // 8
     assert differences(stock, lean) == []

@@ -14,8 +14,8 @@ tensor view instead of copied and re-checked. ``AccelerateCallback`` installs it
 (``training.fused_collection``); equivalence is tested step by step in ``tests/test_sb3_collection.py``.
 
 On-policy (PPO, A2C), ``collect_rollouts`` calls ``policy(obs)`` once per vector step:
-:func:`lean_policy_forward_for` gives an MLP policy with Discrete actions a ``forward`` of the same
-tensor ops and the same ``torch.multinomial`` draw, without module calls or distribution objects.
+:func:`lean_policy_forward_for` gives an MLP policy with Discrete or Box actions a ``forward`` of the
+same tensor ops and the same random draw, without module calls or distribution objects.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # PPO/A2C: MLP policy, Discrete actions
+SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # PPO/A2C: MLP policy, no gSDE
 
 
 def lean_sample_action_for(model) -> Callable[..., tuple[np.ndarray, np.ndarray]] | None:
@@ -189,19 +189,23 @@ def _flat_greedy(policy) -> Callable[[torch.Tensor], torch.Tensor] | None:
 # ---------------------------------------------------------------------------------------- on-policy
 def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
     """A lean ``policy.forward`` for PPO/A2C's collection (SB3's ``ActorCriticPolicy.forward``: values,
-    sampled actions and their log-probabilities) for an MLP policy on a 1-D Box observation with a
-    Discrete action space: the same tensor ops and the same ``torch.multinomial`` draw as SB3's
-    ``Categorical`` distribution, without the module calls and the distribution objects. None elsewhere."""
-    from stable_baselines3.common.distributions import CategoricalDistribution
+    sampled actions and their log-probabilities) for an MLP policy on a 1-D Box observation, with a
+    Discrete action space (SB3's ``Categorical``: the same ``torch.multinomial`` draw) or a Box one
+    (its diagonal Gaussian: the same ``normal_`` draw), as the same tensor ops without the module calls
+    and the distribution objects. None elsewhere (gSDE, images, dicts, other distributions)."""
+    import math
+
+    from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
     from stable_baselines3.common.policies import ActorCriticPolicy
     from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
 
     policy = model.policy
+    distribution = type(getattr(policy, "action_dist", None))
     if not isinstance(model, OnPolicyAlgorithm) or type(policy) is not ActorCriticPolicy or model.use_sde \
             or not policy.share_features_extractor or type(policy.features_extractor) is not FlattenExtractor \
-            or type(policy.mlp_extractor) is not MlpExtractor or type(policy.action_dist) is not CategoricalDistribution \
-            or not isinstance(model.action_space, spaces.Discrete) \
+            or type(policy.mlp_extractor) is not MlpExtractor \
+            or distribution not in (CategoricalDistribution, DiagGaussianDistribution) \
             or not isinstance(policy.observation_space, spaces.Box) or len(policy.observation_space.shape) != 1:
         return None
     extractor, mlp = policy.features_extractor, policy.mlp_extractor
@@ -209,20 +213,34 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
     actor, critic = _flat(hooked, mlp.policy_net, policy.action_net), _flat(hooked, mlp.value_net, policy.value_net)
     if actor is None or critic is None:
         return None
-    n_actions = int(model.action_space.n)
+    action_shape = (-1, *model.action_space.shape)
+    log_sqrt_2pi = math.log(math.sqrt(2 * math.pi))
+
+    def categorical(logits: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = logits - logits.logsumexp(dim=-1, keepdim=True)  # torch's Categorical(logits=...)
+        probs = torch.softmax(logits, dim=-1)
+        if deterministic:
+            actions = torch.argmax(probs, dim=1)
+        else:
+            actions = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
+        return actions, logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def gaussian(mean: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        std = torch.ones_like(mean) * policy.log_std.exp()  # DiagGaussianDistribution.proba_distribution
+        if deterministic:
+            actions = mean
+        else:  # Normal.rsample
+            actions = mean + torch.empty(mean.shape, dtype=mean.dtype, device=mean.device).normal_() * std
+        log_prob = -((actions - mean) ** 2) / (2 * std**2) - std.log() - log_sqrt_2pi  # Normal.log_prob
+        return actions, log_prob.sum(dim=1) if log_prob.dim() > 1 else log_prob.sum()
+
+    sample = categorical if distribution is CategoricalDistribution else gaussian
 
     def forward(obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         features = obs.float()
-        logits = actor(features)
         values = critic(features)
-        logits = logits - logits.logsumexp(dim=-1, keepdim=True)  # torch's Categorical(logits=...)
-        if deterministic:
-            actions = torch.argmax(torch.softmax(logits, dim=-1), dim=1)
-        else:
-            probs = torch.softmax(logits, dim=-1)
-            actions = torch.multinomial(probs.reshape(-1, n_actions), 1, True).T.reshape(probs.shape[:-1])
-        log_prob = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-        return actions.reshape(-1), values, log_prob
+        actions, log_prob = sample(actor(features), deterministic)
+        return actions.reshape(action_shape), values, log_prob
 
     forward.__doc__ = f"rlaccel's lean {type(policy).__name__}.forward for collection (same ops, no module calls)"
     return forward
