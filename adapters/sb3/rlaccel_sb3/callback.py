@@ -160,35 +160,39 @@ class SparseDenseCallback(BaseCallback):
         train.graphs = getattr(fused, "graphs", None)
         override_train(model, train)
 
-    def _lean_sample_action(self):
+    def _lean_collection(self):
         """The lean ``_sample_action`` (off-policy) or policy ``forward`` (on-policy) to run instead of
         SB3's (None here: see :class:`AccelerateCallback`)."""
         return
 
-    def _install_collection(self) -> None:
-        """Off-policy: the model's ``_sample_action``; on-policy: the policy's ``forward`` (what
-        ``collect_rollouts`` calls per vector step), each where a lean one exists; never saved."""
-        model = self.model
-        policy = model.policy
-        if "_sample_action" in model.__dict__ or "forward" in policy.__dict__:
-            return  # the user's own override stays as it is
-        lean = self._lean_sample_action()
-        if lean is None:
-            return
+    def _collection_seam(self) -> tuple[object, str]:
+        """Where lean collection goes: the model's ``_sample_action`` (off-policy ``collect_rollouts``
+        calls it per vector step) or the policy's ``forward`` (on-policy ``collect_rollouts`` calls it)."""
         from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
+        model = self.model
+        return (model, "_sample_action") if isinstance(model, OffPolicyAlgorithm) else (model.policy, "forward")
+
+    def _install_collection(self) -> None:
+        owner, name = self._collection_seam()
+        if name in owner.__dict__:
+            return  # the user's own override stays as it is
+        lean = self._lean_collection()
+        if lean is None:
+            return
         lean._rlaccel_collection = True
-        if isinstance(model, OffPolicyAlgorithm):
-            override_method(model, "_sample_action", lean)
+        if name == "forward":
+            override_policy_forward(owner, lean)
         else:
-            override_policy_forward(policy, lean)
+            override_method(owner, name, lean)
 
     @property
     def lean_collection(self) -> bool:
         """Whether the model's collection runs lean in this ``learn()``."""
-        model = getattr(self, "model", None)
-        return model is not None and any(getattr(owner.__dict__.get(name), "_rlaccel_collection", False)
-                                         for owner, name in ((model, "_sample_action"), (model.policy, "forward")))
+        if getattr(self, "model", None) is None:
+            return False
+        owner, name = self._collection_seam()
+        return getattr(owner.__dict__.get(name), "_rlaccel_collection", False)
 
     @property
     def fused(self) -> bool:
@@ -225,10 +229,12 @@ class SparseDenseCallback(BaseCallback):
         model = getattr(self, "model", None)  # unset until the callback is first initialised
         if model is not None and getattr(model.__dict__.get("train"), "_rlaccel_train", False):
             remove_train_override(model)  # back to the class's own train()
-        if model is not None and getattr(model.__dict__.get("_sample_action"), "_rlaccel_collection", False):
-            remove_override(model, "_sample_action")
-        if model is not None and getattr(model.policy.__dict__.get("forward"), "_rlaccel_collection", False):
-            remove_policy_forward(model.policy)
+        if self.lean_collection:
+            owner, name = self._collection_seam()
+            if name == "forward":
+                remove_policy_forward(owner)
+            else:
+                remove_override(owner, name)
 
 
 class AccelerateCallback(SparseDenseCallback):
@@ -259,14 +265,12 @@ class AccelerateCallback(SparseDenseCallback):
         if overrides:
             self.config = load_config(self.config, **overrides)
 
-    def _lean_sample_action(self):
-        from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-
+    def _lean_collection(self):
         from rlaccel_plugins.fused.selection import select_fused
         from rlaccel_sb3.collection import SUPPORTED, lean_policy_forward_for, lean_sample_action_for
 
-        off_policy = isinstance(self.model, OffPolicyAlgorithm)
-        lean = lean_sample_action_for(self.model) if off_policy else lean_policy_forward_for(self.model)
+        on_policy = self._collection_seam()[1] == "forward"
+        lean = lean_policy_forward_for(self.model) if on_policy else lean_sample_action_for(self.model)
         return select_fused(self.config.training.fused_collection, lean,
                             algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED,
                             key="fused_collection", what="collection")
