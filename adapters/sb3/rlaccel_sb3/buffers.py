@@ -162,8 +162,9 @@ class TieredBufferMixin:
         else:
             fields = {**self._obs_fields(obs, "obs"), **self._obs_fields(next_obs, "next_obs")}
         fields.update(action=action, reward=reward, done=done, timeout=timeout)
-        rows = self._engine.row_specs  # the schema, checked once: as_stored_row gives each field its row's
-        # timeouts are made here from booleans, dones are booleans from a VecEnv: no NaN to look for
+        # as_stored_row gives each field its row's shape and dtype (SB3's assignment), so the engine need not
+        # check the schema again; timeouts are made here from booleans, and a VecEnv's dones are booleans
+        rows = self._engine.row_specs
         finite = ("timeout", "done") if getattr(done, "dtype", None) == np.bool_ else ("timeout",)
         self._engine.add_rows({name: as_stored_row(name, value, *rows[name]) for name, value in fields.items()},
                               finite)
