@@ -14,10 +14,12 @@ model and buffer contents (CartPole transitions; the net sizes are what the step
 
 Tianshou: DQN as its CartPole example builds it (``ts-dqn`` rows): ``algorithm.update(buffer, batch)``
 of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, and a hand-written double
-DQN 3-step floor.
+DQN 3-step floor; SAC (auto alpha), TD3 and DDPG on Pendulum (``ts-sac``, ``ts-td3``, ``ts-ddpg``) with
+Tianshou's ``Net``-based actor and critics, against the same floors as SB3's.
 
 Usage:
     python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--algos dqn,qrdqn,sac,td3] [--frameworks sb3,tianshou]
+        [--tianshou-algos dqn,sac,td3,ddpg]
 """
 
 from __future__ import annotations
@@ -55,11 +57,11 @@ def _mlp(inputs: int, hidden: tuple[int, ...], outputs: int) -> torch.nn.Sequent
 
 
 def actor_critic_floor(algo: str, hidden: tuple[int, ...], batch: int, steps: int, data: dict) -> float:
-    """SAC (auto entropy, twin critics, tau 0.005) or TD3 (target noise 0.2/0.5, policy delay 2) on
-    Pendulum-shaped data (3-d observations, 1-d actions), by hand; seconds for ``steps`` steps."""
+    """SAC (auto entropy, twin critics, tau 0.005), TD3 (target noise 0.2/0.5, policy delay 2) or DDPG
+    (one critic) on Pendulum-shaped data (3-d observations, 1-d actions), by hand; seconds for ``steps`` steps."""
     obs, next_obs, actions, rewards, dones = (data[k] for k in ("obs", "next_obs", "actions", "rewards", "dones"))
     actor = _mlp(3, hidden, 2 if algo == "sac" else 1)
-    critics = torch.nn.ModuleList([_mlp(4, hidden, 1) for _ in range(2)])
+    critics = torch.nn.ModuleList([_mlp(4, hidden, 1) for _ in range(1 if algo == "ddpg" else 2)])
     actor_target, critic_target = copy.deepcopy(actor), copy.deepcopy(critics)
     actor_opt = torch.optim.Adam(actor.parameters(), lr=3e-4, fused=True)
     critic_opt = torch.optim.Adam(critics.parameters(), lr=3e-4, fused=True)
@@ -90,10 +92,12 @@ def actor_critic_floor(algo: str, hidden: tuple[int, ...], batch: int, steps: in
         with torch.no_grad():
             if algo == "sac":
                 a2, logp2 = pi(actor, o2)
-            else:
+            elif algo == "td3":
                 a2 = (torch.tanh(actor_target(o2)) + (0.2 * torch.randn_like(a)).clamp(-0.5, 0.5)).clamp(-1, 1)
+            else:
+                a2 = torch.tanh(actor_target(o2))
             x2 = torch.cat([o2, a2], dim=1)
-            q2 = torch.min(critic_target[0](x2), critic_target[1](x2))
+            q2 = critic_target[0](x2) if algo == "ddpg" else torch.min(critic_target[0](x2), critic_target[1](x2))
             if algo == "sac":
                 q2 = q2 - alpha * logp2
             y = r + (1 - d) * 0.99 * q2
@@ -102,7 +106,7 @@ def actor_critic_floor(algo: str, hidden: tuple[int, ...], batch: int, steps: in
         critic_opt.zero_grad()
         critic_loss.backward()
         critic_opt.step()
-        if algo == "sac" or step % 2 == 1:
+        if algo != "td3" or step % 2 == 1:
             a_new = a_pi if algo == "sac" else torch.tanh(actor(o))
             q = critics[0](torch.cat([o, a_new], dim=1))
             if algo == "sac":
@@ -112,14 +116,14 @@ def actor_critic_floor(algo: str, hidden: tuple[int, ...], batch: int, steps: in
             actor_loss.backward()
             actor_opt.step()
             with torch.no_grad():
-                for params, targets in pairs if algo == "td3" else pairs[:1]:
+                for params, targets in pairs if algo != "sac" else pairs[:1]:
                     torch._foreach_lerp_(targets, params, 0.005)
     return time.perf_counter() - start
 
 
 def floor_step(algo: str, hidden: tuple[int, ...], batch: int, steps: int, rounds_data: dict) -> float:
     """The same math by hand; returns seconds for ``steps`` gradient steps."""
-    if algo in ("sac", "td3"):
+    if algo in ("sac", "td3", "ddpg"):
         return actor_critic_floor(algo, hidden, batch, steps, rounds_data)
     obs, next_obs, actions, rewards, dones = (rounds_data[k] for k in ("obs", "next_obs", "actions", "rewards", "dones"))
     n_out = 2 if algo == "dqn" else 2 * 200
@@ -163,6 +167,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--algos", default="dqn,qrdqn,sac,td3", help="SB3 algorithms (empty: none)")
     parser.add_argument("--frameworks", default="sb3,tianshou")
+    parser.add_argument("--tianshou-algos", default="dqn,sac,td3,ddpg", help="Tianshou algorithms")
     parser.add_argument("--no-ppo", dest="ppo", action="store_false", help="skip the SB3 PPO rows")
     args = parser.parse_args()
     from rlaccel_sb3.fused import fused_train_for
@@ -205,7 +210,11 @@ def main() -> None:
     if "sb3" in args.frameworks.split(",") and args.ppo:
         ppo_rows(args.rounds)
     if "tianshou" in args.frameworks.split(","):
-        tianshou_rows(args.steps, args.rounds)
+        tianshou_algos = args.tianshou_algos.split(",")
+        if "dqn" in tianshou_algos:
+            tianshou_rows(args.steps, args.rounds)
+        for algo in [a for a in tianshou_algos if a in ("sac", "td3", "ddpg")]:
+            tianshou_actor_critic_rows(algo, args.steps, args.rounds)
 
 
 def ppo_rows(rounds: int) -> None:
@@ -283,6 +292,81 @@ def tianshou_rows(steps: int, rounds: int) -> None:
                 times["floor"].append(tianshou_floor(hidden, batch, steps, data))
         ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
         print(f"{'ts-dqn':<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
+              f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
+              f"{ms['stock'] / ms['floor']:>10.2f}x")
+
+
+def tianshou_actor_critic(algo: str, hidden: tuple[int, ...]):
+    """Tianshou's SAC (auto alpha), TD3 or DDPG for Pendulum with ``hidden`` actor and critic layers."""
+    import gymnasium as gym
+    from tianshou.algorithm import DDPG, SAC, TD3
+    from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
+    from tianshou.algorithm.modelfree.sac import AutoAlpha, SACPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import (
+        ContinuousActorDeterministic,
+        ContinuousActorProbabilistic,
+        ContinuousCritic,
+    )
+
+    torch.manual_seed(0)
+    space, optim = gym.spaces.Box(-2.0, 2.0, (1,)), AdamOptimizerFactory(lr=3e-4)
+    trunk = dict(state_shape=3, hidden_sizes=list(hidden))
+
+    def critic():
+        return ContinuousCritic(preprocess_net=Net(**trunk, action_shape=1, concat=True))
+
+    if algo == "sac":
+        actor = ContinuousActorProbabilistic(preprocess_net=Net(**trunk), action_shape=1, unbounded=True,
+                                             conditioned_sigma=True)
+        return SAC(policy=SACPolicy(actor=actor, action_space=space), policy_optim=optim, critic=critic(),
+                   critic_optim=optim, critic2=critic(), critic2_optim=optim,
+                   alpha=AutoAlpha(-1.0, 0.0, AdamOptimizerFactory(lr=3e-4)))
+    policy = ContinuousDeterministicPolicy(actor=ContinuousActorDeterministic(preprocess_net=Net(**trunk),
+                                                                              action_shape=1), action_space=space)
+    if algo == "td3":
+        return TD3(policy=policy, policy_optim=optim, critic=critic(), critic_optim=optim, critic2=critic(),
+                   critic2_optim=optim)
+    return DDPG(policy=policy, policy_optim=optim, critic=critic(), critic_optim=optim)
+
+
+def tianshou_actor_critic_rows(algo: str, steps: int, rounds: int) -> None:
+    """Tianshou's own ``update`` of SAC/TD3/DDPG against the wrapper's fused one and the floor."""
+    import gymnasium as gym
+    from rlaccel_tianshou import SparseDenseWrapper
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    from rlaccel_plugins.loader import load_config
+
+    for hidden, batch in SIZES:
+        stock = tianshou_actor_critic(algo, hidden)
+        fused = SparseDenseWrapper(tianshou_actor_critic(algo, hidden),
+                                   config=load_config(preset="classic_control", fused_updates=True))
+        buffer = VectorReplayBuffer(20_000, 10)
+        collector = Collector(stock, DummyVectorEnv([lambda: gym.make("Pendulum-v1") for _ in range(10)]), buffer)
+        collector.reset()
+        collector.collect(n_step=10_000, random=True)
+        data = {"obs": torch.as_tensor(buffer.obs[:10_000]), "next_obs": torch.as_tensor(buffer.obs_next[:10_000]),
+                "actions": torch.as_tensor(buffer.act[:10_000]).float().reshape(-1, 1),
+                "rewards": torch.as_tensor(buffer.rew[:10_000]).float().reshape(-1, 1),
+                "dones": torch.as_tensor(buffer.done[:10_000]).float().reshape(-1, 1)}
+        times = {"stock": [], "fused": [], "floor": []}
+        with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
+            for algorithm in (stock, fused):  # warm-up
+                algorithm.update(buffer, batch)
+            for r in range(rounds):
+                order = [("stock", stock), ("fused", fused)]
+                for name, algorithm in order if r % 2 == 0 else order[::-1]:
+                    t = time.perf_counter()
+                    for _ in range(steps):
+                        algorithm.update(buffer, batch)
+                    times[name].append(time.perf_counter() - t)
+                times["floor"].append(actor_critic_floor(algo, hidden, batch, steps, data))
+        ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
+        print(f"{'ts-' + algo:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
               f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
               f"{ms['stock'] / ms['floor']:>10.2f}x")
 

@@ -134,3 +134,153 @@ def test_fused_updates_setting_and_what_runs_tianshous_own(caplog):
     with pytest.raises(ConfigError, match="fused_updates=true needs a fused update .* got MyDQN"):
         SparseDenseWrapper(mine, config=load_config(preset="classic_control", fused_updates=True))
     assert SparseDenseWrapper(_algorithm(), preset="classic_control").fused  # auto: on where it exists
+
+
+# ------------------------------------------------------------------------ QR-DQN, DDPG, TD3, SAC
+def _qrdqn(n_step=3, target=10):
+    from tianshou.algorithm import QRDQN
+    from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+
+    torch.manual_seed(0)
+    net = Net(state_shape=4, action_shape=2, hidden_sizes=[64, 64], num_atoms=16)
+    policy = QRDQNPolicy(model=net, action_space=gym.spaces.Discrete(2), eps_training=0.1)
+    return QRDQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, num_quantiles=16,
+                 n_step_return_horizon=n_step, target_update_freq=target)
+
+
+def _actor_critic(name: str, n_step=1, auto_alpha=True):
+    from tianshou.algorithm import DDPG, SAC, TD3
+    from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
+    from tianshou.algorithm.modelfree.sac import AutoAlpha, SACPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import (
+        ContinuousActorDeterministic,
+        ContinuousActorProbabilistic,
+        ContinuousCritic,
+    )
+
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-2.0, 2.0, (1,))
+
+    def critic():
+        return ContinuousCritic(preprocess_net=Net(state_shape=3, action_shape=1, hidden_sizes=[64, 64],
+                                                   concat=True))
+
+    optim = AdamOptimizerFactory(lr=1e-3)
+    if name == "SAC":
+        actor = ContinuousActorProbabilistic(preprocess_net=Net(state_shape=3, hidden_sizes=[64, 64]),
+                                             action_shape=1, unbounded=True, conditioned_sigma=True)
+        alpha = AutoAlpha(-1.0, 0.0, AdamOptimizerFactory(lr=3e-4)) if auto_alpha else 0.2
+        return SAC(policy=SACPolicy(actor=actor, action_space=space), policy_optim=optim, critic=critic(),
+                   critic_optim=optim, critic2=critic(), critic2_optim=optim, tau=0.01, gamma=0.95, alpha=alpha,
+                   n_step_return_horizon=n_step)
+    actor = ContinuousActorDeterministic(preprocess_net=Net(state_shape=3, hidden_sizes=[64, 64]), action_shape=1)
+    policy = ContinuousDeterministicPolicy(actor=actor, action_space=space, exploration_noise=0.1)
+    if name == "TD3":
+        return TD3(policy=policy, policy_optim=optim, critic=critic(), critic_optim=optim, critic2=critic(),
+                   critic2_optim=optim, tau=0.01, gamma=0.95, n_step_return_horizon=n_step)
+    return DDPG(policy=policy, policy_optim=optim, critic=critic(), critic_optim=optim, tau=0.01, gamma=0.95,
+                n_step_return_horizon=n_step)
+
+
+def _continuous_buffer(kind: str, algorithm):
+    from rlaccel_tianshou import TieredVectorReplayBuffer
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+
+    envs = DummyVectorEnv([lambda: gym.make("Pendulum-v1") for _ in range(4)])
+    envs.seed(0)
+    buffer = (TieredVectorReplayBuffer(4_000, 4, level_capacity=[1_000, 3_000], sampling_ratio=[0.6, 0.4],
+                                       importance_beta=0.5) if kind == "tiered-weighted"
+              else VectorReplayBuffer(4_000, 4))
+    np.random.seed(0)
+    collector = Collector(algorithm, envs, buffer, exploration_noise=True)
+    collector.reset()
+    collector.collect(n_step=2_000, random=True)
+    return buffer
+
+
+def _run_any(wrapper, buffer):
+    """Every update's stats and recorded losses/gradients, then the whole state and every RNG."""
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    np.random.seed(5)
+    torch.manual_seed(5)
+    algorithm = wrapper.wrapped_algorithm
+    optimizers = [o._optim for o in algorithm._optimizers]
+    alpha = getattr(algorithm, "alpha", None)
+    if hasattr(alpha, "_optim"):
+        optimizers.append(alpha._optim)
+    stats, fused_calls = [], []
+    if wrapper.fused:
+        inner = wrapper._fused_update
+        wrapper._fused_update = lambda *args: fused_calls.append(1) or inner(*args)
+    with UpdateRecorder(optimizers) as record, policy_within_training_step(wrapper.policy):
+        for _ in range(UPDATES):
+            step = wrapper.update(buffer, 64).get_loss_stats_dict()
+            stats.append({k: v for k, v in step.items() if not k.startswith("rlaccel")})
+    return {"stats": stats, "backward": record.losses, "gradients": record.gradients,
+            "state": dict(algorithm.state_dict()), "optimizers": [copy.deepcopy(o.state_dict()) for o in optimizers],
+            "counters": [getattr(algorithm, name, None) for name in ("_iter", "_cnt", "_last")],
+            "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state()[1],
+            "buffer": state_digest(buffer)}, len(fused_calls)
+
+
+@pytest.mark.parametrize(("name", "kind", "kwargs"), [
+    ("QRDQN", "vector", {}),
+    ("QRDQN", "tiered-weighted", dict(n_step=1, target=0)),  # weights in the quantile loss, no target network
+    ("DDPG", "vector", dict(n_step=2)),
+    ("TD3", "vector", {}),                                   # target smoothing noise, delayed actor updates
+    ("TD3", "tiered-weighted", dict(n_step=3)),
+    ("SAC", "vector", {}),                                   # auto-tuned alpha
+    ("SAC", "tiered-weighted", dict(auto_alpha=False, n_step=2)),
+])
+def test_fused_update_is_tianshous_bit_for_bit(name, kind, kwargs):
+    stock, fused = _stock_and_fused_any(name, kind, **kwargs)
+    assert differences(stock, fused) == []
+
+
+def _stock_and_fused_any(name: str, kind: str, **kwargs):
+    from rlaccel_tianshou import SparseDenseWrapper
+
+    from rlaccel_plugins.loader import load_config
+
+    algorithm = _qrdqn(**kwargs) if name == "QRDQN" else _actor_critic(name, **kwargs)
+    buffer = (_buffer if name == "QRDQN" else _continuous_buffer)(kind, algorithm)
+    twin, twin_buffer = copy.deepcopy(algorithm), copy.deepcopy(buffer)
+    stock = SparseDenseWrapper(algorithm, config=load_config(preset="classic_control", fused_updates=False))
+    fused = SparseDenseWrapper(twin, config=load_config(preset="classic_control", fused_updates=True))
+    assert fused.fused and not stock.fused
+    (stock_run, _), (fused_run, fused_calls) = _run_any(stock, buffer), _run_any(fused, twin_buffer)
+    assert fused_calls == UPDATES
+    assert len(stock_run["gradients"]) >= UPDATES
+    return stock_run, fused_run
+
+
+@pytest.mark.parametrize(("name", "mutation"), [
+    ("SAC", "log_prob"),   # the entropy term 0.01% off
+    ("TD3", "polyak"),     # the target update with SB3's rounding instead of Tianshou's: last-bit differences
+])
+def test_a_one_line_change_to_an_actor_critic_update_breaks_the_equivalence(monkeypatch, name, mutation):
+    from rlaccel_tianshou import fused as fused_module
+
+    from rlaccel_plugins.fused import polyak_update_
+
+    if mutation == "log_prob":
+        original = fused_module._squashed_gaussian
+
+        def entropy_off(actor, obs):
+            act, log_prob = original(actor, obs)
+            return act, log_prob * 1.0001
+        monkeypatch.setattr(fused_module, "_squashed_gaussian", entropy_off)
+    else:
+        def sb3_rounding(algorithm):
+            pairs = algorithm._lagged_networks._lagged_network_pairs
+            polyak_update_([p.data for pair in pairs for p in pair.source.parameters()],
+                           [p.data for pair in pairs for p in pair.target.parameters()], algorithm.tau)
+        monkeypatch.setattr(fused_module, "_polyak", sb3_rounding)
+    stock, fused = _stock_and_fused_any(name, "vector")
+    assert differences(stock["state"], fused["state"])

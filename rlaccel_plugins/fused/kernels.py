@@ -76,12 +76,22 @@ def _move_steps(optimizer: torch.optim.Optimizer, group: dict) -> None:
 
 
 @torch.no_grad()
-def polyak_update_(params: list[torch.Tensor], target_params: list[torch.Tensor], tau: float) -> None:
-    """``target = (1 - tau) * target + tau * param`` for every pair, in two multi-tensor ops, with the
-    rounding of SB3's ``polyak_update`` (``mul_(1 - tau)`` then ``add(..., alpha=tau)``)."""
+def polyak_update_(params: list[torch.Tensor], target_params: list[torch.Tensor], tau: float, *,
+                   weighted_sum: bool = False) -> None:
+    """``target = (1 - tau) * target + tau * param`` for every pair, in multi-tensor ops.
+
+    The rounding is SB3's ``polyak_update`` (``mul_(1 - tau)`` then ``add(..., alpha=tau)``), or with
+    ``weighted_sum=True`` that of ``tau * param + (1 - tau) * target`` with both products rounded
+    first (Tianshou's ``polyak_parameter_update``).
+    """
     if len(params) != len(target_params):
         raise ValueError(f"params and target_params must pair up, got {len(params)} and {len(target_params)} tensors")
     if not params:
+        return
+    if weighted_sum:
+        scaled = torch._foreach_mul(params, tau)
+        torch._foreach_mul_(target_params, 1 - tau)
+        torch._foreach_add_(target_params, scaled)
         return
     torch._foreach_mul_(target_params, 1 - tau)
     torch._foreach_add_(target_params, params, alpha=tau)

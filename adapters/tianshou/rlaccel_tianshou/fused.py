@@ -1,17 +1,22 @@
 """Fused ``update()`` for Tianshou algorithms: the same math as the algorithm's own, in fewer ops.
 
-Tianshou's DQN update (``Algorithm._update``) samples a ``Batch`` of every field, computes n-step
-returns over a copy of the whole buffer's ``done`` flags, runs the Q-network through the policy's
-``forward`` (which also takes an argmax to numpy it does not need here) and builds ``Batch`` objects
-along the way. The fused update draws the same indices (``buffer.sample_indices``: the same RNG
-draws), reads only the fields the loss needs, computes the end flags only at the indices the n-step
-sum visits and hands them to Tianshou's own ``_nstep_return``, runs the network modules directly,
-and steps the optimizer through Tianshou's own ``Algorithm.Optimizer`` with PyTorch's multi-tensor
-(``foreach``) Adam. Equal to Tianshou's update, tested step by step (``tests/test_tianshou_fused.py``).
+Tianshou's off-policy update (``Algorithm._update``) samples a ``Batch`` of every field, computes n-step
+returns over a copy of the whole buffer's ``done`` flags, builds a second ``Batch`` of every field for
+``obs_next``, runs the networks through the policy's ``forward`` (DQN also takes an argmax to numpy it
+does not need there) and converts the same observations to tensors once per network call. The fused
+update draws the same indices (``buffer.sample_indices``: the same RNG draws), reads only the fields
+the loss needs, computes the end flags only at the indices the n-step sum visits and hands them to
+Tianshou's own ``_nstep_return``, converts each input once, runs the network modules directly with
+the random draws (SAC's ``rsample``, TD3's target noise) in Tianshou's order, steps the optimizers
+through Tianshou's own ``Algorithm.Optimizer`` with PyTorch's multi-tensor (``foreach``) Adam, and
+does the Polyak target update in three multi-tensor ops with Tianshou's rounding. Equal to
+Tianshou's update, tested step by step (``tests/test_tianshou_fused.py``).
 
-Fused: ``DQN`` (plain and double, Huber or MSE, any n-step, with or without a target network) on a
-Tianshou ``Net``, with buffers of array observations, ``stack_num=1`` and without prioritized
-replay. Anything else runs Tianshou's own update.
+Fused: ``DQN`` (plain and double, Huber or MSE, any n-step, with or without a target network) and
+``QRDQN`` on a Tianshou ``Net``; ``DDPG``, ``TD3`` and ``SAC`` (fixed or auto-tuned alpha) with
+Tianshou's ``ContinuousActorDeterministic`` / ``ContinuousActorProbabilistic`` actor and
+``ContinuousCritic`` critics; with buffers of array observations, ``stack_num=1`` and without
+prioritized replay. Anything else runs Tianshou's own update.
 """
 
 from __future__ import annotations
@@ -24,22 +29,46 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlaccel_plugins.fused import OptimizerKernels
+from rlaccel_plugins.fused import OptimizerKernels, polyak_update_
 
-SUPPORTED = ("DQN",)
+SUPPORTED = ("DQN and QRDQN on a Tianshou Net", "DDPG, TD3 and SAC with Tianshou's continuous actor and critics")
 
 
 def fused_update_for(algorithm) -> Callable[[Any, Any, int | None], Any] | None:
     """``update(wrapper, buffer, sample_size)`` fusing ``algorithm``'s update, or None where there is
-    no equivalence-tested one."""
-    from tianshou.algorithm import DQN
+    no equivalence-tested one (exact classes only: a subclass may change the update)."""
+    from tianshou.algorithm import DDPG, DQN, QRDQN, SAC, TD3
+    from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
+    from tianshou.algorithm.modelfree.sac import AutoAlpha, FixedAlpha, SACPolicy
     from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import (
+        ContinuousActorDeterministic,
+        ContinuousActorProbabilistic,
+        ContinuousCritic,
+    )
 
-    if type(algorithm) is not DQN or type(algorithm.policy) is not DiscreteQLearningPolicy \
-            or type(algorithm.policy.model) is not Net:
+    kind = type(algorithm)
+    policy = algorithm.policy
+    if kind in (DQN, QRDQN):
+        policy_class = DiscreteQLearningPolicy if kind is DQN else QRDQNPolicy
+        if type(policy) is policy_class and type(policy.model) is Net:
+            return _update(_dqn_learn if kind is DQN else _qrdqn_learn)
         return None
-    return _dqn_update
+    if kind not in (DDPG, TD3, SAC):
+        return None
+    critics = [algorithm.critic] + ([algorithm.critic2] if kind in (TD3, SAC) else [])
+    if any(type(c) is not ContinuousCritic for c in critics):
+        return None
+    if kind is SAC:
+        if type(policy) is SACPolicy and type(policy.actor) is ContinuousActorProbabilistic \
+                and type(algorithm.alpha) in (FixedAlpha, AutoAlpha):
+            return _update(_sac_learn)
+        return None
+    if type(policy) is ContinuousDeterministicPolicy and type(policy.actor) is ContinuousActorDeterministic:
+        return _update(_td3_learn if kind is TD3 else _ddpg_learn)
+    return None
 
 
 def fusable_buffer(buffer) -> bool:
@@ -50,74 +79,259 @@ def fusable_buffer(buffer) -> bool:
     return isinstance(obs, np.ndarray)
 
 
-def _dqn_update(wrapper, buffer, sample_size: int | None):
-    """``Algorithm._update`` of the wrapper around a DQN, fused (see the module docstring)."""
+def _update(learn: Callable) -> Callable[[Any, Any, int | None], Any]:
+    """``Algorithm._update`` of the wrapper, with ``learn(wrapper, algorithm, buffer, indices, weight)``
+    in place of ``buffer.sample`` + ``_preprocess_batch`` + ``_update_with_batch``."""
+
+    def update(wrapper, buffer, sample_size: int | None):
+        algorithm = wrapper.wrapped_algorithm
+        if not algorithm.policy.is_within_training_step:
+            raise RuntimeError("update() must be called within policy_within_training_step (as Tianshou's own)")
+        start_time = time.time()
+        wrapper._last_buffer = buffer
+        if hasattr(buffer, "_last_weights"):
+            buffer._last_weights = None
+        indices = buffer.sample_indices(sample_size)  # the draws buffer.sample() makes
+        stats = learn(wrapper, algorithm, buffer, indices, getattr(buffer, "_last_weights", None))
+        for lr_scheduler in wrapper.lr_schedulers:
+            lr_scheduler.step()
+        stats.train_time = time.time() - start_time
+        return stats
+
+    return update
+
+
+def _nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
+                   target_q_of: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``Algorithm.compute_nstep_return``'s ``batch.returns``, reading only what it reads;
+    ``target_q_of(obs_next)`` is the algorithm's ``_target_q`` on the observations ``n_step`` ahead."""
     from tianshou.algorithm.algorithm_base import Algorithm, _nstep_return
-    from tianshou.algorithm.modelfree.dqn import SimpleLossTrainingStats
-    from tianshou.utils.torch_utils import torch_train_mode
 
-    dqn = wrapper.wrapped_algorithm
-    if not dqn.policy.is_within_training_step:
-        raise RuntimeError("update() must be called within policy_within_training_step (as Tianshou's own)")
-    start_time = time.time()
-    wrapper._last_buffer = buffer
-    if hasattr(buffer, "_last_weights"):
-        buffer._last_weights = None
-    indices = buffer.sample_indices(sample_size)  # the draws buffer.sample() makes
-    weight = getattr(buffer, "_last_weights", None)
-
-    # n-step returns: Algorithm.compute_nstep_return, reading only what it reads
     stacked = [indices]
-    for _ in range(dqn.n_step - 1):
+    for _ in range(n_step - 1):
         stacked.append(buffer.next(stacked[-1]))
     stacked = np.stack(stacked)
     after_n = stacked[-1]
-    model, device = dqn.policy.model, next(dqn.parameters()).device
-    mode_free = _mode_free(model)
     with torch.no_grad():
-        obs_next = torch.as_tensor(_obs_next(buffer, after_n), device=device, dtype=torch.float32)
-        online, _ = model(obs_next)
-        if dqn.use_target_network:  # the lagged copy switches itself to eval mode first, unless that changes nothing
-            target_q = (dqn.model_old.module if mode_free else dqn.model_old)(obs_next)[0]
-        else:
-            target_q = online
-        if dqn.is_double:
-            target_q = target_q[np.arange(len(after_n)), online.argmax(dim=1).cpu().numpy()]
-        else:
-            target_q = target_q.max(dim=1)[0]
-    count = len(indices)
-    target_q_np = target_q.reshape(count, -1).cpu().numpy()
+        target_q = target_q_of(_as_input(algorithm, _obs_next(buffer, after_n)))
+    target_q_np = target_q.reshape(len(indices), -1).cpu().numpy()
     target_q_np *= Algorithm.value_mask(buffer, after_n).reshape(-1, 1)
     end_flags = buffer.done[stacked] | np.isin(stacked, buffer.unfinished_index())  # buffer.done.copy(), only here
     positions = np.arange(stacked.size).reshape(stacked.shape)
-    returns_np = _nstep_return(buffer.rew[stacked].reshape(-1), end_flags.reshape(-1), target_q_np, positions,
-                               dqn.gamma, dqn.n_step)
-    returns = torch.as_tensor(returns_np, device=target_q.device).to(target_q.dtype)
+    returns = _nstep_return(buffer.rew[stacked].reshape(-1), end_flags.reshape(-1), target_q_np, positions,
+                            algorithm.gamma, n_step)
+    return torch.as_tensor(returns, device=target_q.device).to(target_q.dtype)
 
-    obs = buffer.obs[indices]
-    act = buffer.act[indices]
-    # the train/eval switch walks every module twice per update (~15% of it); it changes nothing for a
-    # network whose layers compute the same in both modes, so such a network skips it
-    with contextlib.nullcontext() if mode_free else torch_train_mode(wrapper):
+
+def _as_input(algorithm, array: np.ndarray) -> torch.Tensor:
+    """What Tianshou's networks turn an observation or action array into (``torch.as_tensor(x, device,
+    float32)``), done once instead of once per network call."""
+    return torch.as_tensor(array, device=next(algorithm.parameters()).device, dtype=torch.float32)
+
+
+def _weights(weight: np.ndarray | None, like: torch.Tensor) -> torch.Tensor | float:
+    """``batch.weight`` as ``compute_nstep_return`` converts it (1.0 where the buffer gives none)."""
+    return 1.0 if weight is None else torch.as_tensor(weight, device=like.device).to(like.dtype)
+
+
+@contextlib.contextmanager
+def _training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarray, act: np.ndarray):
+    """The context ``_update_with_batch`` runs in: train mode, the wrapper's layer trace, guard and
+    autocast, and multi-tensor optimizer kernels."""
+    from tianshou.utils.torch_utils import torch_train_mode
+
+    # the train/eval switch walks every module twice per update (~15% of a small one); it changes
+    # nothing for networks whose layers compute the same in both modes, so such networks skip it
+    with contextlib.nullcontext() if _mode_free(*modules) else torch_train_mode(wrapper):
         wrapper._ensure_attached(_FirstBatch(obs, act))
-        with wrapper._autocast(), OptimizerKernels([dqn.optim._optim]):
-            dqn._periodically_update_lagged_network_weights()
-            q = model(torch.as_tensor(obs, device=device, dtype=torch.float32))[0]
-            q = q[np.arange(len(q)), act]
-            returns = returns.flatten().to(q.dtype)
-            td_error = returns - q
-            if dqn.huber_loss_delta is not None:
-                loss = torch.nn.functional.huber_loss(q.reshape(-1, 1), returns.reshape(-1, 1),
-                                                      delta=dqn.huber_loss_delta, reduction="mean")
-            else:
-                w = 1.0 if weight is None else torch.as_tensor(weight, device=target_q.device).to(target_q.dtype)
-                loss = (td_error.pow(2) * w).mean()
-            dqn.optim.step(loss)
-        stats = wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
-    for lr_scheduler in wrapper.lr_schedulers:
-        lr_scheduler.step()
-    stats.train_time = time.time() - start_time
-    return stats
+        with wrapper._autocast(), OptimizerKernels([optimizer._optim for optimizer in algorithm._optimizers]):
+            yield
+
+
+def _polyak(algorithm) -> None:
+    """``_update_lagged_network_weights`` of the Polyak mixin, as three multi-tensor ops."""
+    pairs = algorithm._lagged_networks._lagged_network_pairs
+    sources = [p for pair in pairs for p in pair.source.parameters()]
+    targets = [p for pair in pairs for p in pair.target.parameters()]
+    polyak_update_([p.data for p in sources], [p.data for p in targets], algorithm.tau, weighted_sum=True)
+
+
+def _lagged(network: torch.nn.Module, mode_free: bool) -> torch.nn.Module:
+    """A lagged network's module: its wrapper switches it to eval mode first, unless that changes nothing."""
+    return network.module if mode_free else network
+
+
+# ------------------------------------------------------------------------------------------ DQN family
+def _dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
+    """DQN's ``_preprocess_batch`` + ``_update_with_batch``."""
+    from tianshou.algorithm.modelfree.dqn import SimpleLossTrainingStats
+
+    model = dqn.policy.model
+    mode_free = _mode_free(model)
+
+    def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
+        online, _ = model(obs_next)
+        target_q = _lagged(dqn.model_old, mode_free)(obs_next)[0] if dqn.use_target_network else online
+        if dqn.is_double:
+            return target_q[np.arange(len(target_q)), online.argmax(dim=1).cpu().numpy()]
+        return target_q.max(dim=1)[0]
+
+    returns = _nstep_returns(dqn, buffer, indices, dqn.n_step, target_q_of)
+    obs, act = buffer.obs[indices], buffer.act[indices]
+    with _training(wrapper, dqn, [model], obs, act):
+        dqn._periodically_update_lagged_network_weights()
+        q = model(_as_input(dqn, obs))[0]
+        q = q[np.arange(len(q)), act]
+        returns = returns.flatten().to(q.dtype)
+        if dqn.huber_loss_delta is not None:
+            loss = torch.nn.functional.huber_loss(q.reshape(-1, 1), returns.reshape(-1, 1),
+                                                  delta=dqn.huber_loss_delta, reduction="mean")
+        else:
+            loss = ((returns - q).pow(2) * _weights(weight, returns)).mean()
+        dqn.optim.step(loss)
+    return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
+
+
+def _qrdqn_learn(wrapper, qrdqn, buffer, indices: np.ndarray, weight):
+    """QRDQN's ``_preprocess_batch`` + ``_update_with_batch`` (the quantile Huber loss)."""
+    from tianshou.algorithm.modelfree.dqn import SimpleLossTrainingStats
+
+    model = qrdqn.policy.model
+    mode_free = _mode_free(model)
+
+    def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
+        online, _ = model(obs_next)
+        act = online.mean(2).argmax(dim=1).cpu().numpy()
+        next_dist = _lagged(qrdqn.model_old, mode_free)(obs_next)[0] if qrdqn.use_target_network else online
+        return next_dist[np.arange(len(act)), act, :]
+
+    returns = _nstep_returns(qrdqn, buffer, indices, qrdqn.n_step, target_q_of)
+    obs, act = buffer.obs[indices], buffer.act[indices]
+    with _training(wrapper, qrdqn, [model], obs, act):
+        qrdqn._periodically_update_lagged_network_weights()
+        curr_dist = model(_as_input(qrdqn, obs))[0]
+        curr_dist = curr_dist[np.arange(len(act)), act, :].unsqueeze(2)
+        target_dist = returns.unsqueeze(1)
+        dist_diff = torch.nn.functional.smooth_l1_loss(target_dist, curr_dist, reduction="none")
+        huber_loss = (dist_diff * (qrdqn.tau_hat - (target_dist - curr_dist).detach().le(0.0).float()).abs()) \
+            .sum(-1).mean(1)
+        loss = (huber_loss * _weights(weight, returns)).mean()
+        qrdqn.optim.step(loss)
+    return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
+
+
+# ------------------------------------------------------------------------------ actor-critic family
+def _critic_step(critic, optimizer, obs: torch.Tensor, act: torch.Tensor, returns: torch.Tensor, weight):
+    """``_minimize_critic_squared_loss``: one critic's squared TD loss and optimizer step."""
+    td = critic(obs, act).flatten() - returns.flatten()
+    loss = (td.pow(2) * weight).mean()
+    optimizer.step(loss)
+    return loss
+
+
+def _actor_critic_inputs(algorithm, buffer, indices: np.ndarray, weight, returns: torch.Tensor):
+    obs_np, act_np = buffer.obs[indices], buffer.act[indices]
+    return obs_np, act_np, _as_input(algorithm, obs_np), _as_input(algorithm, act_np), _weights(weight, returns)
+
+
+def _actor_critic_modules(algorithm, *critics) -> list[torch.nn.Module]:
+    return [algorithm.policy.actor, *critics]
+
+
+def _ddpg_learn(wrapper, ddpg, buffer, indices: np.ndarray, weight):
+    """DDPG's ``_preprocess_batch`` + ``_update_with_batch``."""
+    from tianshou.algorithm.modelfree.ddpg import DDPGTrainingStats
+
+    actor, critic = ddpg.policy.actor, ddpg.critic
+    mode_free = _mode_free(actor, critic)
+
+    def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
+        act_next = _lagged(ddpg.actor_old, mode_free)(obs_next)[0]
+        return _lagged(ddpg.critic_old, mode_free)(obs_next, act_next)
+
+    returns = _nstep_returns(ddpg, buffer, indices, ddpg.n_step_return_horizon, target_q_of)
+    obs_np, act_np, obs, act, weights = _actor_critic_inputs(ddpg, buffer, indices, weight, returns)
+    with _training(wrapper, ddpg, [actor, critic], obs_np, act_np):
+        critic_loss = _critic_step(critic, ddpg.critic_optim, obs, act, returns, weights)
+        actor_loss = -critic(obs, actor(obs)[0]).mean()
+        ddpg.policy_optim.step(actor_loss)
+        _polyak(ddpg)
+    return wrapper._stats(DDPGTrainingStats(actor_loss=actor_loss.item(), critic_loss=critic_loss.item()))
+
+
+def _td3_learn(wrapper, td3, buffer, indices: np.ndarray, weight):
+    """TD3's ``_preprocess_batch`` (target policy smoothing: the same ``randn`` draw) + ``_update_with_batch``
+    (delayed actor updates)."""
+    from tianshou.algorithm.modelfree.td3 import TD3TrainingStats
+
+    actor, critic, critic2 = td3.policy.actor, td3.critic, td3.critic2
+    mode_free = _mode_free(actor, critic, critic2)
+
+    def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
+        act_next = _lagged(td3.actor_old, mode_free)(obs_next)[0]
+        noise = torch.randn(size=act_next.shape, device=act_next.device) * td3.policy_noise
+        if td3.noise_clip > 0.0:
+            noise = noise.clamp(-td3.noise_clip, td3.noise_clip)
+        act_next += noise
+        return torch.min(_lagged(td3.critic_old, mode_free)(obs_next, act_next),
+                         _lagged(td3.critic2_old, mode_free)(obs_next, act_next))
+
+    returns = _nstep_returns(td3, buffer, indices, td3.n_step_return_horizon, target_q_of)
+    obs_np, act_np, obs, act, weights = _actor_critic_inputs(td3, buffer, indices, weight, returns)
+    with _training(wrapper, td3, [actor, critic, critic2], obs_np, act_np):
+        critic1_loss = _critic_step(critic, td3.critic_optim, obs, act, returns, weights)
+        critic2_loss = _critic_step(critic2, td3.critic2_optim, obs, act, returns, weights)
+        if td3._cnt % td3.update_actor_freq == 0:
+            actor_loss = -critic(obs, actor(obs)[0]).mean()
+            td3._last = actor_loss.item()
+            td3.policy_optim.step(actor_loss)
+            _polyak(td3)
+        td3._cnt += 1
+    return wrapper._stats(TD3TrainingStats(actor_loss=td3._last, critic1_loss=critic1_loss.item(),
+                                           critic2_loss=critic2_loss.item()))
+
+
+def _sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
+    """SAC's ``_preprocess_batch`` + ``_update_with_batch`` (entropy tuning included)."""
+    from tianshou.algorithm.modelfree.sac import SACTrainingStats
+    from tianshou.utils.conversion import to_optional_float
+
+    actor, critic, critic2 = sac.policy.actor, sac.critic, sac.critic2
+    mode_free = _mode_free(actor, critic, critic2)
+    alpha = sac.alpha.value  # unchanged until alpha.update below
+
+    def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
+        act_next, log_prob = _squashed_gaussian(actor, obs_next)
+        return torch.min(_lagged(sac.critic_old, mode_free)(obs_next, act_next),
+                         _lagged(sac.critic2_old, mode_free)(obs_next, act_next)) - alpha * log_prob
+
+    returns = _nstep_returns(sac, buffer, indices, sac.n_step_return_horizon, target_q_of)
+    obs_np, act_np, obs, act, weights = _actor_critic_inputs(sac, buffer, indices, weight, returns)
+    with _training(wrapper, sac, [actor, critic, critic2], obs_np, act_np):
+        critic1_loss = _critic_step(critic, sac.critic_optim, obs, act, returns, weights)
+        critic2_loss = _critic_step(critic2, sac.critic2_optim, obs, act, returns, weights)
+        act_pi, log_prob = _squashed_gaussian(actor, obs)
+        actor_loss = (alpha * log_prob.flatten() - torch.min(critic(obs, act_pi).flatten(),
+                                                             critic2(obs, act_pi).flatten())).mean()
+        sac.policy_optim.step(actor_loss)
+        alpha_loss = sac.alpha.update(-log_prob.detach())
+        _polyak(sac)
+    return wrapper._stats(SACTrainingStats(actor_loss=actor_loss.item(), critic1_loss=critic1_loss.item(),
+                                           critic2_loss=critic2_loss.item(), alpha=to_optional_float(sac.alpha.value),
+                                           alpha_loss=to_optional_float(alpha_loss)))
+
+
+def _squashed_gaussian(actor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``SACPolicy.forward`` within a training step: a reparameterized sample, tanh-squashed, and its
+    corrected log-probability (the same distribution objects, so the same draws and arithmetic)."""
+    from tianshou.algorithm.modelfree.sac import correct_log_prob_gaussian_tanh
+    from torch.distributions import Independent, Normal
+
+    (loc, scale), _ = actor(obs)
+    dist = Independent(Normal(loc=loc, scale=scale), 1)
+    act = dist.rsample()
+    squashed = torch.tanh(act)
+    return squashed, correct_log_prob_gaussian_tanh(dist.log_prob(act).unsqueeze(-1), squashed)
 
 
 MODE_FREE = (torch.nn.Linear, torch.nn.Sequential, torch.nn.ModuleList, torch.nn.Identity, torch.nn.Flatten,
@@ -125,11 +339,17 @@ MODE_FREE = (torch.nn.Linear, torch.nn.Sequential, torch.nn.ModuleList, torch.nn
              torch.nn.Sigmoid, torch.nn.Softmax, torch.nn.LayerNorm)  # layers that ignore .training
 
 
-def _mode_free(model: torch.nn.Module) -> bool:
-    """Whether ``model`` computes the same in train and eval mode (Tianshou's Net/MLP of such layers)."""
+def _mode_free(*models: torch.nn.Module) -> bool:
+    """Whether ``models`` compute the same in train and eval mode (Tianshou's networks of such layers)."""
     from tianshou.utils.net.common import MLP, Net
+    from tianshou.utils.net.continuous import (
+        ContinuousActorDeterministic,
+        ContinuousActorProbabilistic,
+        ContinuousCritic,
+    )
 
-    return all(type(m) in (Net, MLP) or type(m) in MODE_FREE for m in model.modules())
+    containers = (Net, MLP, ContinuousActorDeterministic, ContinuousActorProbabilistic, ContinuousCritic)
+    return all(type(m) in containers or type(m) in MODE_FREE for model in models for m in model.modules())
 
 
 def _obs_next(buffer, indices: np.ndarray) -> np.ndarray:

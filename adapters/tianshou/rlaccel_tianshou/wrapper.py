@@ -225,7 +225,7 @@ def _fused_update(algorithm, config: AccelConfig):
     from rlaccel_tianshou.fused import SUPPORTED, fused_update_for
 
     return select_fused(config.training.fused_updates, fused_update_for(algorithm), algorithm=type(algorithm).__name__,
-                        framework="Tianshou", supported=[f"{name} on a Tianshou Net" for name in SUPPORTED])
+                        framework="Tianshou", supported=SUPPORTED)
 
 
 def _config(config: AccelConfig | None, preset: str | None, interval: int | None, dense_layers) -> AccelConfig:
