@@ -15,11 +15,13 @@ model and buffer contents (CartPole transitions; the net sizes are what the step
 Tianshou: DQN as its CartPole example builds it (``ts-dqn`` rows): ``algorithm.update(buffer, batch)``
 of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, and a hand-written double
 DQN 3-step floor; SAC (auto alpha), TD3 and DDPG on Pendulum (``ts-sac``, ``ts-td3``, ``ts-ddpg``) with
-Tianshou's ``Net``-based actor and critics, against the same floors as SB3's.
+Tianshou's ``Net``-based actor and critics, against the same floors as SB3's; PPO (``ts-ppo``) as
+``examples/tianshou_ppo_cartpole.py`` builds it, one epoch over 2,048 transitions per call (no floor:
+ms per minibatch step, the whole update included).
 
 Usage:
     python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--algos dqn,qrdqn,sac,td3] [--frameworks sb3,tianshou]
-        [--tianshou-algos dqn,sac,td3,ddpg]
+        [--tianshou-algos dqn,sac,td3,ddpg,ppo]
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--algos", default="dqn,qrdqn,sac,td3", help="SB3 algorithms (empty: none)")
     parser.add_argument("--frameworks", default="sb3,tianshou")
-    parser.add_argument("--tianshou-algos", default="dqn,sac,td3,ddpg", help="Tianshou algorithms")
+    parser.add_argument("--tianshou-algos", default="dqn,sac,td3,ddpg,ppo", help="Tianshou algorithms")
     parser.add_argument("--no-ppo", dest="ppo", action="store_false", help="skip the SB3 PPO rows")
     args = parser.parse_args()
     from rlaccel_sb3.fused import fused_train_for
@@ -215,6 +217,8 @@ def main() -> None:
             tianshou_rows(args.steps, args.rounds)
         for algo in [a for a in tianshou_algos if a in ("sac", "td3", "ddpg")]:
             tianshou_actor_critic_rows(algo, args.steps, args.rounds)
+        if "ppo" in tianshou_algos:
+            tianshou_ppo_rows(args.rounds)
 
 
 def ppo_rows(rounds: int) -> None:
@@ -369,6 +373,49 @@ def tianshou_actor_critic_rows(algo: str, steps: int, rounds: int) -> None:
         print(f"{'ts-' + algo:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
               f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
               f"{ms['stock'] / ms['floor']:>10.2f}x")
+
+
+def tianshou_ppo_rows(rounds: int) -> None:
+    """Tianshou's own PPO ``update`` against the on-policy wrapper's fused one (64-64 actor and critic)."""
+    import gymnasium as gym
+    from rlaccel_tianshou import SparseDenseOnPolicyWrapper
+    from tianshou.algorithm import PPO
+    from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    from rlaccel_plugins.loader import load_config
+
+    def ppo():
+        torch.manual_seed(0)
+        actor = DiscreteActor(preprocess_net=Net(state_shape=4, hidden_sizes=[64, 64]), action_shape=2)
+        critic = DiscreteCritic(preprocess_net=Net(state_shape=4, hidden_sizes=[64, 64]))
+        policy = DiscreteActorPolicy(actor=actor, action_space=gym.spaces.Discrete(2))
+        return PPO(policy=policy, critic=critic, optim=AdamOptimizerFactory(lr=3e-4), gamma=0.99)
+
+    stock = ppo()
+    fused = SparseDenseOnPolicyWrapper(ppo(), config=load_config(preset="classic_control", fused_updates=True))
+    for batch in (64, 256):
+        buffer = VectorReplayBuffer(2_048, 8)
+        collector = Collector(stock, DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(8)]), buffer)
+        collector.reset()
+        collector.collect(n_step=2_048)
+        steps = -(-len(buffer) // batch)  # minibatches per epoch (the last one merged when short)
+        times = {"stock": [], "fused": []}
+        with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
+            for r in range(rounds):
+                order = [("stock", stock), ("fused", fused)]
+                for name, algorithm in order if r % 2 == 0 else order[::-1]:
+                    t = time.perf_counter()
+                    algorithm.update(buffer, batch, 1)
+                    times[name].append(time.perf_counter() - t)
+        ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
+        print(f"{'ts-ppo':<8} {'64-64':<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} {'-':>7} "
+              f"{ms['fused'] / ms['stock']:>10.2f}x {'-':>11} {'-':>11}")
 
 
 def tianshou_floor(hidden: tuple[int, ...], batch: int, steps: int, data: dict) -> float:

@@ -284,3 +284,108 @@ def test_a_one_line_change_to_an_actor_critic_update_breaks_the_equivalence(monk
         monkeypatch.setattr(fused_module, "_polyak", sb3_rounding)
     stock, fused = _stock_and_fused_any(name, "vector")
     assert differences(stock["state"], fused["state"])
+
+
+def test_ppo_without_tianshous_unused_sample_draws_differs(monkeypatch):
+    """The fused PPO draws the ``dist.sample()`` it does not use, because Tianshou's does: without it
+    the random stream differs, and so do the parameters, in the last bits (the sample computes the
+    Categorical's ``probs`` early, which changes the order autograd sums the entropy's gradient in)."""
+    from rlaccel_tianshou import SparseDenseOnPolicyWrapper
+    from rlaccel_tianshou import fused as fused_module
+
+    from rlaccel_plugins.loader import load_config
+
+    def no_sample(policy, obs):
+        return policy.dist_fn(policy.actor(obs)[0])
+    monkeypatch.setattr(fused_module, "_policy_dist", no_sample)
+    algorithm = _ppo(False)
+    buffer = _on_policy_buffer(False, algorithm)
+    runs = [_run_on_policy(SparseDenseOnPolicyWrapper(a, config=load_config(preset="classic_control",
+                                                                            fused_updates=fused)), buffer, 1)[0]
+            for a, fused in ((algorithm, False), (copy.deepcopy(algorithm), True))]
+    assert differences(runs[0]["torch_rng"], runs[1]["torch_rng"])
+    assert differences(runs[0]["state"], runs[1]["state"])
+
+
+# ---------------------------------------------------------------------------------------------- PPO
+def _ppo(continuous: bool, **kwargs):
+    from tianshou.algorithm import PPO
+    from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy, ProbabilisticActorPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
+
+    torch.manual_seed(0)
+    obs_dim = 3 if continuous else 4
+    trunk = dict(state_shape=obs_dim, hidden_sizes=[64, 64])
+    if continuous:
+        actor = ContinuousActorProbabilistic(preprocess_net=Net(**trunk), action_shape=1, unbounded=True)
+        policy = ProbabilisticActorPolicy(
+            actor=actor, dist_fn=lambda loc_scale: torch.distributions.Independent(
+                torch.distributions.Normal(*loc_scale), 1),
+            action_space=gym.spaces.Box(-2.0, 2.0, (1,)))
+        critic = ContinuousCritic(preprocess_net=Net(**trunk))
+    else:
+        policy = DiscreteActorPolicy(actor=DiscreteActor(preprocess_net=Net(**trunk), action_shape=2),
+                                     action_space=gym.spaces.Discrete(2))
+        critic = DiscreteCritic(preprocess_net=Net(**trunk))
+    return PPO(policy=policy, critic=critic, optim=AdamOptimizerFactory(lr=1e-3), max_batchsize=200, **kwargs)
+
+
+def _on_policy_buffer(continuous: bool, algorithm):
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+
+    env_id = "Pendulum-v1" if continuous else "CartPole-v1"
+    envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(4)])
+    envs.seed(0)
+    buffer = VectorReplayBuffer(600, 4)
+    torch.manual_seed(1)
+    np.random.seed(1)
+    collector = Collector(algorithm, envs, buffer)
+    collector.reset()
+    collector.collect(n_step=600)  # episodes cut by the buffer's end count as unfinished (GAE)
+    return buffer
+
+
+def _run_on_policy(wrapper, buffer, updates: int = 7):
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    np.random.seed(5)
+    torch.manual_seed(5)
+    ppo = wrapper.wrapped_algorithm
+    stats, fused_calls = [], []
+    if wrapper.fused:
+        inner = wrapper._fused_update
+        wrapper._fused_update = lambda *args: fused_calls.append(1) or inner(*args)
+    with UpdateRecorder([ppo.optim._optim]) as record, policy_within_training_step(wrapper.policy):
+        for _ in range(updates):
+            step = wrapper.update(buffer, 64, 4).get_loss_stats_dict()
+            stats.append({k: v for k, v in step.items() if not k.startswith("rlaccel")})
+    return {"stats": stats, "backward": record.losses, "gradients": record.gradients,
+            "state": dict(ppo.state_dict()), "optimizer": copy.deepcopy(ppo.optim._optim.state_dict()),
+            "ret_rms": [ppo.ret_rms.mean, ppo.ret_rms.var, ppo.ret_rms.count],
+            "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state()[1]}, len(fused_calls)
+
+
+@pytest.mark.parametrize(("continuous", "kwargs"), [
+    (False, {}),                                                    # Tianshou's defaults: advantage normalization on
+    (False, dict(value_clip=True, dual_clip=3.0, recompute_advantage=True, max_grad_norm=0.5)),
+    (True, dict(return_scaling=True, advantage_normalization=False, gae_lambda=0.9)),
+])
+def test_fused_ppo_update_is_tianshous_bit_for_bit(continuous, kwargs):
+    from rlaccel_tianshou import SparseDenseOnPolicyWrapper
+
+    from rlaccel_plugins.loader import load_config
+
+    algorithm = _ppo(continuous, **kwargs)
+    buffer = _on_policy_buffer(continuous, algorithm)
+    twin = copy.deepcopy(algorithm)
+    stock = SparseDenseOnPolicyWrapper(algorithm, config=load_config(preset="classic_control", fused_updates=False))
+    fused = SparseDenseOnPolicyWrapper(twin, config=load_config(preset="classic_control", fused_updates=True))
+    assert fused.fused and not stock.fused
+    (stock_run, _), (fused_run, fused_calls) = _run_on_policy(stock, buffer), _run_on_policy(fused, buffer)
+    assert fused_calls == 7
+    assert len(stock_run["gradients"]) >= 200  # 600 transitions, minibatches of 64 (the last merged), 4 epochs, 7 updates
+    assert differences(stock_run, fused_run) == []

@@ -31,16 +31,17 @@ import torch
 
 from rlaccel_plugins.fused import OptimizerKernels, polyak_update_
 
-SUPPORTED = ("DQN and QRDQN on a Tianshou Net", "DDPG, TD3 and SAC with Tianshou's continuous actor and critics")
+SUPPORTED = ("DQN and QRDQN on a Tianshou Net", "DDPG, TD3, SAC and PPO with Tianshou's actors and critics on a Net")
 
 
 def fused_update_for(algorithm) -> Callable[[Any, Any, int | None], Any] | None:
     """``update(wrapper, buffer, sample_size)`` fusing ``algorithm``'s update, or None where there is
     no equivalence-tested one (exact classes only: a subclass may change the update)."""
-    from tianshou.algorithm import DDPG, DQN, QRDQN, SAC, TD3
+    from tianshou.algorithm import DDPG, DQN, PPO, QRDQN, SAC, TD3
     from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
+    from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy, ProbabilisticActorPolicy
     from tianshou.algorithm.modelfree.sac import AutoAlpha, FixedAlpha, SACPolicy
     from tianshou.utils.net.common import Net
     from tianshou.utils.net.continuous import (
@@ -48,6 +49,7 @@ def fused_update_for(algorithm) -> Callable[[Any, Any, int | None], Any] | None:
         ContinuousActorProbabilistic,
         ContinuousCritic,
     )
+    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
 
     kind = type(algorithm)
     policy = algorithm.policy
@@ -56,19 +58,33 @@ def fused_update_for(algorithm) -> Callable[[Any, Any, int | None], Any] | None:
         if type(policy) is policy_class and type(policy.model) is Net:
             return _update(_dqn_learn if kind is DQN else _qrdqn_learn)
         return None
+    if kind is PPO:
+        actors, critics = (DiscreteActor, ContinuousActorProbabilistic), (DiscreteCritic, ContinuousCritic)
+        if type(policy) in (ProbabilisticActorPolicy, DiscreteActorPolicy) and _on_nets(policy.actor, actors) \
+                and _on_nets(algorithm.critic, critics):
+            return _on_policy_update(_ppo_learn)
+        return None
     if kind not in (DDPG, TD3, SAC):
         return None
     critics = [algorithm.critic] + ([algorithm.critic2] if kind in (TD3, SAC) else [])
-    if any(type(c) is not ContinuousCritic for c in critics):
+    if not all(_on_nets(c, (ContinuousCritic,)) for c in critics):
         return None
     if kind is SAC:
-        if type(policy) is SACPolicy and type(policy.actor) is ContinuousActorProbabilistic \
+        if type(policy) is SACPolicy and _on_nets(policy.actor, (ContinuousActorProbabilistic,)) \
                 and type(algorithm.alpha) in (FixedAlpha, AutoAlpha):
             return _update(_sac_learn)
         return None
-    if type(policy) is ContinuousDeterministicPolicy and type(policy.actor) is ContinuousActorDeterministic:
+    if type(policy) is ContinuousDeterministicPolicy and _on_nets(policy.actor, (ContinuousActorDeterministic,)):
         return _update(_td3_learn if kind is TD3 else _ddpg_learn)
     return None
+
+
+def _on_nets(module: torch.nn.Module, classes: tuple[type, ...]) -> bool:
+    """Whether ``module`` is one of Tianshou's ``classes`` on a Tianshou ``Net``: modules that turn their
+    input into a float32 tensor first, so the fused update may hand them that tensor."""
+    from tianshou.utils.net.common import Net
+
+    return type(module) in classes and type(getattr(module, "preprocess", None)) is Net
 
 
 def fusable_buffer(buffer) -> bool:
@@ -83,7 +99,7 @@ def _update(learn: Callable) -> Callable[[Any, Any, int | None], Any]:
     """``Algorithm._update`` of the wrapper, with ``learn(wrapper, algorithm, buffer, indices, weight)``
     in place of ``buffer.sample`` + ``_preprocess_batch`` + ``_update_with_batch``."""
 
-    def update(wrapper, buffer, sample_size: int | None):
+    def update(wrapper, buffer, sample_size: int | None, *args):
         algorithm = wrapper.wrapped_algorithm
         if not algorithm.policy.is_within_training_step:
             raise RuntimeError("update() must be called within policy_within_training_step (as Tianshou's own)")
@@ -92,13 +108,20 @@ def _update(learn: Callable) -> Callable[[Any, Any, int | None], Any]:
         if hasattr(buffer, "_last_weights"):
             buffer._last_weights = None
         indices = buffer.sample_indices(sample_size)  # the draws buffer.sample() makes
-        stats = learn(wrapper, algorithm, buffer, indices, getattr(buffer, "_last_weights", None))
+        stats = learn(wrapper, algorithm, buffer, indices, getattr(buffer, "_last_weights", None), *args)
         for lr_scheduler in wrapper.lr_schedulers:
             lr_scheduler.step()
         stats.train_time = time.time() - start_time
         return stats
 
     return update
+
+
+def _on_policy_update(learn: Callable) -> Callable[[Any, Any, int | None, int], Any]:
+    """``OnPolicyAlgorithm.update(buffer, batch_size, repeat)`` of the wrapper: the whole buffer, in
+    ``learn(wrapper, algorithm, buffer, indices, weight, batch_size, repeat)``."""
+    frame = _update(learn)
+    return lambda wrapper, buffer, batch_size, repeat: frame(wrapper, buffer, 0, batch_size, repeat)
 
 
 def _nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
@@ -334,6 +357,117 @@ def _squashed_gaussian(actor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return squashed, correct_log_prob_gaussian_tanh(dist.log_prob(act).unsqueeze(-1), squashed)
 
 
+# ------------------------------------------------------------------------------------------- PPO
+def _ppo_learn(wrapper, ppo, buffer, indices: np.ndarray, _weight, batch_size: int | None, repeat: int):
+    """PPO's ``_preprocess_batch`` (GAE, old log-probabilities) + ``_update_with_batch``: each field
+    converted to a tensor once, minibatches as index gathers of those tensors (Tianshou's ``Batch.split``
+    indexes every field of the batch), the same shuffles and the same ``dist.sample()`` draws."""
+    from tianshou.algorithm.modelfree.a2c import A2CTrainingStats
+    from tianshou.data import SequenceSummaryStats
+
+    if ppo.recompute_adv:
+        ppo._buffer, ppo._indices = buffer, indices
+    obs = _as_input(ppo, buffer.obs[indices])
+    obs_next = _as_input(ppo, _obs_next(buffer, indices))
+    rollout = _Rollout(buffer, indices)
+    v_s, returns, adv = _returns_and_advantages(ppo, buffer, indices, obs, obs_next, rollout)
+    act = torch.as_tensor(buffer.act[indices]).to(v_s)
+    with torch.no_grad():
+        logp_old = torch.cat([_policy_dist(ppo.policy, obs[chunk]).log_prob(act[chunk])
+                              for chunk in _split(len(indices), ppo.max_batchsize, shuffle=False)]).flatten()
+    losses, clip_losses, vf_losses, ent_losses = [], [], [], []
+    head = indices[:8]  # what the layer trace reads
+    with _training(wrapper, ppo, [ppo.policy.actor, ppo.critic], buffer.obs[head], buffer.act[head]):
+        for step in range(repeat):
+            if ppo.recompute_adv and step > 0:
+                v_s, returns, adv = _returns_and_advantages(ppo, buffer, indices, obs, obs_next, rollout)
+            for chunk in _split(len(indices), batch_size or -1, shuffle=True):
+                chunk = torch.as_tensor(chunk)
+                advantages = adv[chunk]
+                dist = _policy_dist(ppo.policy, obs[chunk])
+                if ppo.advantage_normalization:
+                    mean, std = advantages.mean(), advantages.std()
+                    advantages = (advantages - mean) / (std + ppo._eps)
+                ratios = (dist.log_prob(act[chunk]) - logp_old[chunk]).exp().float()
+                ratios = ratios.reshape(ratios.size(0), -1).transpose(0, 1)
+                surr1 = ratios * advantages
+                surr2 = ratios.clamp(1.0 - ppo.eps_clip, 1.0 + ppo.eps_clip) * advantages
+                if ppo.dual_clip:
+                    clip1 = torch.min(surr1, surr2)
+                    clip2 = torch.max(clip1, ppo.dual_clip * advantages)
+                    clip_loss = -torch.where(advantages < 0, clip2, clip1).mean()
+                else:
+                    clip_loss = -torch.min(surr1, surr2).mean()
+                value = ppo.critic(obs[chunk]).flatten()
+                if ppo.value_clip:
+                    v_clip = v_s[chunk] + (value - v_s[chunk]).clamp(-ppo.eps_clip, ppo.eps_clip)
+                    vf_loss = torch.max((returns[chunk] - value).pow(2), (returns[chunk] - v_clip).pow(2)).mean()
+                else:
+                    vf_loss = (returns[chunk] - value).pow(2).mean()
+                ent_loss = dist.entropy().mean()
+                loss = clip_loss + ppo.vf_coef * vf_loss - ppo.ent_coef * ent_loss
+                ppo.optim.step(loss)
+                clip_losses.append(clip_loss.item())
+                vf_losses.append(vf_loss.item())
+                ent_losses.append(ent_loss.item())
+                losses.append(loss.item())
+    return wrapper._stats(A2CTrainingStats(
+        loss=SequenceSummaryStats.from_sequence(losses), actor_loss=SequenceSummaryStats.from_sequence(clip_losses),
+        vf_loss=SequenceSummaryStats.from_sequence(vf_losses), ent_loss=SequenceSummaryStats.from_sequence(ent_losses),
+        gradient_steps=len(losses)))
+
+
+class _Rollout:
+    """The fields of the sampled batch ``compute_episodic_return`` reads."""
+
+    def __init__(self, buffer, indices: np.ndarray) -> None:
+        self.rew, self.terminated, self.truncated = (buffer.rew[indices], buffer.terminated[indices],
+                                                     buffer.truncated[indices])
+
+
+def _returns_and_advantages(algorithm, buffer, indices: np.ndarray, obs: torch.Tensor, obs_next: torch.Tensor,
+                            rollout: _Rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_add_returns_and_advantages``: the old values, the returns and the GAE advantages, as tensors."""
+    with torch.no_grad():
+        chunks = list(_split(len(indices), algorithm.max_batchsize, shuffle=False))
+        v_s = torch.cat([algorithm.critic(obs[chunk]) for chunk in chunks], dim=0).flatten()
+        v_s_next = torch.cat([algorithm.critic(obs_next[chunk]) for chunk in chunks], dim=0).flatten()
+    v_s_np, v_s_next_np = v_s.cpu().numpy(), v_s_next.cpu().numpy()
+    if algorithm.return_scaling:
+        v_s_np = v_s_np * np.sqrt(algorithm.ret_rms.var + algorithm._eps)
+        v_s_next_np = v_s_next_np * np.sqrt(algorithm.ret_rms.var + algorithm._eps)
+    returns, advantages = algorithm.compute_episodic_return(rollout, buffer, indices, v_s_next_np, v_s_np,
+                                                            gamma=algorithm.gamma, gae_lambda=algorithm.gae_lambda)
+    if algorithm.return_scaling:
+        unnormalized = returns
+        returns = unnormalized / np.sqrt(algorithm.ret_rms.var + algorithm._eps)
+        algorithm.ret_rms.update(unnormalized)
+    return v_s, torch.as_tensor(returns).to(v_s), torch.as_tensor(advantages).to(v_s)
+
+
+def _split(length: int, size: int, shuffle: bool):
+    """The index arrays of ``Batch.split(size, shuffle, merge_last=True)`` (the same permutation draw)."""
+    size = length if size == -1 else size
+    if size < 1:
+        raise ValueError(f"batch_size must be at least 1 (or None/-1: the whole batch), got {size}")
+    order = np.random.permutation(length) if shuffle else np.arange(length)
+    merge_last = length % size > 0
+    for start in range(0, length, size):
+        if merge_last and start + 2 * size >= length:
+            yield order[start:]
+            return
+        yield order[start:start + size]
+
+
+def _policy_dist(policy, obs: torch.Tensor):
+    """``policy(batch).dist`` of a ``ProbabilisticActorPolicy`` within a training step, with its
+    ``dist.sample()`` (unused here, drawn so the random stream stays Tianshou's)."""
+    logits, _ = policy.actor(obs)
+    dist = policy.dist_fn(logits)
+    dist.sample()
+    return dist
+
+
 MODE_FREE = (torch.nn.Linear, torch.nn.Sequential, torch.nn.ModuleList, torch.nn.Identity, torch.nn.Flatten,
              torch.nn.ReLU, torch.nn.Tanh, torch.nn.ELU, torch.nn.LeakyReLU, torch.nn.SiLU, torch.nn.GELU,
              torch.nn.Sigmoid, torch.nn.Softmax, torch.nn.LayerNorm)  # layers that ignore .training
@@ -347,8 +481,10 @@ def _mode_free(*models: torch.nn.Module) -> bool:
         ContinuousActorProbabilistic,
         ContinuousCritic,
     )
+    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
 
-    containers = (Net, MLP, ContinuousActorDeterministic, ContinuousActorProbabilistic, ContinuousCritic)
+    containers = (Net, MLP, ContinuousActorDeterministic, ContinuousActorProbabilistic, ContinuousCritic,
+                  DiscreteActor, DiscreteCritic)
     return all(type(m) in containers or type(m) in MODE_FREE for model in models for m in model.modules())
 
 

@@ -197,6 +197,16 @@ class SparseDenseOnPolicyWrapper(_SparseDenseMixin, OnPolicyWrapperAlgorithm):
                  sparse: bool = True, config: AccelConfig | None = None) -> None:
         super().__init__(wrapped_algorithm)
         self._init_sparse_dense(_config(config, preset, sparse_update_interval, dense_layers), sparse)
+        self._fused_update = _fused_update(wrapped_algorithm, self.rlaccel_config)
+
+    fused = SparseDenseWrapper.fused
+
+    def update(self, buffer, batch_size, repeat):
+        from rlaccel_tianshou.fused import fusable_buffer
+
+        if self._fused_update is not None and fusable_buffer(buffer):
+            return self._fused_update(self, buffer, batch_size, repeat)
+        return super().update(buffer, batch_size, repeat)
 
     def _update_with_batch(self, batch, batch_size, repeat):
         self._ensure_attached(batch)
