@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from rlaccel_plugins.config import AccelConfig
 
 THRESHOLDS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0,
-              "Pong-v5": 18.0, "PongNoFrameskip-v4": 18.0}
+              "InvertedPendulum-v5": 950.0, "Pong-v5": 18.0, "PongNoFrameskip-v4": 18.0}
 
 
 @dataclass
