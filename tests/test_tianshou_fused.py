@@ -1,10 +1,12 @@
-"""The fused Tianshou DQN update is Tianshou's own, step by step (DESIGN.md §10): the same algorithm,
-seed and buffer contents through the wrapper with ``fused_updates`` off and on for 200 updates —
-every update's loss and gradients, then parameters, target network, optimizer state, the update
-counter, and every RNG (torch's, numpy's, the buffer's) compared.
+"""The fused Tianshou updates (DQN, QR-DQN, DDPG, TD3, SAC, PPO) are Tianshou's own, step by step
+(DESIGN.md §10): the same algorithm, seed and buffer contents through the wrapper with
+``fused_updates`` off and on for 200 updates (PPO: 224 minibatch steps) — every update's stats,
+backpropagated losses and gradients, then parameters, target networks, optimizer states, counters,
+and every RNG (torch's, numpy's, the buffer's) compared.
 
-Tolerance: none — bit-identical on this CPU (Tianshou's own ``_nstep_return`` computes the returns
-from the same values; the multi-tensor Adam computes the same arithmetic).
+Tolerance: none — bit-identical on this CPU (Tianshou's own ``_nstep_return`` / ``compute_episodic_return``
+compute the returns from the same values; the multi-tensor Adam and the Polyak update compute the
+same arithmetic). Mutation tests show a one-line change breaks it.
 """
 
 from __future__ import annotations
@@ -37,61 +39,23 @@ def _algorithm(is_double=True, huber=None, n_step=3, target=10):
                target_update_freq=target, is_double=is_double, huber_loss_delta=huber)
 
 
-def _buffer(kind: str, algorithm):
+def _buffer(kind: str, algorithm, env_id: str = "CartPole-v1"):
     from rlaccel_tianshou import TieredVectorReplayBuffer
     from tianshou.data import Collector, ReplayBuffer, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
 
-    envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+    envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(1 if kind == "single" else 4)])
     envs.seed(0)
     buffer = {"vector": lambda: VectorReplayBuffer(4_000, 4),
               "single": lambda: ReplayBuffer(4_000),
               "tiered-weighted": lambda: TieredVectorReplayBuffer(4_000, 4, level_capacity=[1_000, 3_000],
                                                                   sampling_ratio=[0.6, 0.4], importance_beta=0.5),
               "no-obs-next": lambda: VectorReplayBuffer(4_000, 4, ignore_obs_next=True)}[kind]()
-    if kind == "single":
-        envs = DummyVectorEnv([lambda: gym.make("CartPole-v1")])
-        envs.seed(0)
     np.random.seed(0)
     collector = Collector(algorithm, envs, buffer, exploration_noise=True)
     collector.reset()
     collector.collect(n_step=2_000, random=True)
     return buffer
-
-
-def _run(wrapper, buffer):
-    from tianshou.utils.torch_utils import policy_within_training_step
-
-    np.random.seed(5)
-    torch.manual_seed(5)
-    dqn = wrapper.wrapped_algorithm
-    losses, fused_calls = [], []
-    if wrapper.fused:  # count what really ran fused (an unfusable buffer would run Tianshou's own)
-        inner = wrapper._fused_update
-        wrapper._fused_update = lambda *args: fused_calls.append(1) or inner(*args)
-    with UpdateRecorder([dqn.optim._optim]) as record, policy_within_training_step(wrapper.policy):
-        for _ in range(UPDATES):
-            losses.append(wrapper.update(buffer, 64).loss)
-    return {"losses": losses, "backward": record.losses, "gradients": record.gradients,
-            "state": dict(dqn.state_dict()), "optimizer": copy.deepcopy(dqn.optim._optim.state_dict()),
-            "iter": dqn._iter, "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state()[1],
-            "buffer": state_digest(buffer)}, len(fused_calls)
-
-
-def _stock_and_fused(kind: str, **algorithm_kwargs):
-    from rlaccel_tianshou import SparseDenseWrapper
-
-    from rlaccel_plugins.loader import load_config
-
-    algorithm = _algorithm(**algorithm_kwargs)
-    buffer = _buffer(kind, algorithm)
-    twin, twin_buffer = copy.deepcopy(algorithm), copy.deepcopy(buffer)
-    stock = SparseDenseWrapper(algorithm, config=load_config(preset="classic_control", fused_updates=False))
-    fused = SparseDenseWrapper(twin, config=load_config(preset="classic_control", fused_updates=True))
-    assert fused.fused and not stock.fused
-    (stock_run, _), (fused_run, fused_calls) = _run(stock, buffer), _run(fused, twin_buffer)
-    assert fused_calls == UPDATES
-    return stock_run, fused_run
 
 
 @pytest.mark.parametrize(("kind", "kwargs"), [
@@ -102,7 +66,7 @@ def _stock_and_fused(kind: str, **algorithm_kwargs):
     ("tiered-weighted", {}),                                          # importance weights in the MSE loss
 ])
 def test_fused_dqn_update_is_tianshous_bit_for_bit(kind, kwargs):
-    stock, fused = _stock_and_fused(kind, **kwargs)
+    stock, fused = _stock_and_fused(_algorithm(**kwargs), kind)
     assert len(stock["gradients"]) == UPDATES
     assert differences(stock, fused) == []
 
@@ -112,8 +76,8 @@ def test_a_one_line_change_to_the_returns_breaks_the_equivalence(monkeypatch):
 
     original = fused_module._obs_next
     monkeypatch.setattr(fused_module, "_obs_next", lambda buffer, indices: original(buffer, indices) * 1.0001)
-    stock, fused = _stock_and_fused("vector")
-    assert differences(stock["losses"], fused["losses"])
+    stock, fused = _stock_and_fused(_algorithm(), "vector")
+    assert differences(stock["stats"], fused["stats"])
 
 
 def test_fused_updates_setting_and_what_runs_tianshous_own(caplog):
@@ -186,24 +150,7 @@ def _actor_critic(name: str, n_step=1, auto_alpha=True):
                 n_step_return_horizon=n_step)
 
 
-def _continuous_buffer(kind: str, algorithm):
-    from rlaccel_tianshou import TieredVectorReplayBuffer
-    from tianshou.data import Collector, VectorReplayBuffer
-    from tianshou.env import DummyVectorEnv
-
-    envs = DummyVectorEnv([lambda: gym.make("Pendulum-v1") for _ in range(4)])
-    envs.seed(0)
-    buffer = (TieredVectorReplayBuffer(4_000, 4, level_capacity=[1_000, 3_000], sampling_ratio=[0.6, 0.4],
-                                       importance_beta=0.5) if kind == "tiered-weighted"
-              else VectorReplayBuffer(4_000, 4))
-    np.random.seed(0)
-    collector = Collector(algorithm, envs, buffer, exploration_noise=True)
-    collector.reset()
-    collector.collect(n_step=2_000, random=True)
-    return buffer
-
-
-def _run_any(wrapper, buffer):
+def _run(wrapper, buffer):
     """Every update's stats and recorded losses/gradients, then the whole state and every RNG."""
     from tianshou.utils.torch_utils import policy_within_training_step
 
@@ -239,22 +186,24 @@ def _run_any(wrapper, buffer):
     ("SAC", "tiered-weighted", dict(auto_alpha=False, n_step=2)),
 ])
 def test_fused_update_is_tianshous_bit_for_bit(name, kind, kwargs):
-    stock, fused = _stock_and_fused_any(name, kind, **kwargs)
+    algorithm = _qrdqn(**kwargs) if name == "QRDQN" else _actor_critic(name, **kwargs)
+    stock, fused = _stock_and_fused(algorithm, kind)
     assert differences(stock, fused) == []
 
 
-def _stock_and_fused_any(name: str, kind: str, **kwargs):
+def _stock_and_fused(algorithm, kind: str):
+    """The update run ``UPDATES`` times by Tianshou and fused, from the same algorithm and buffer."""
     from rlaccel_tianshou import SparseDenseWrapper
 
     from rlaccel_plugins.loader import load_config
 
-    algorithm = _qrdqn(**kwargs) if name == "QRDQN" else _actor_critic(name, **kwargs)
-    buffer = (_buffer if name == "QRDQN" else _continuous_buffer)(kind, algorithm)
+    continuous = type(algorithm).__name__ in ("DDPG", "TD3", "SAC")
+    buffer = _buffer(kind, algorithm, "Pendulum-v1" if continuous else "CartPole-v1")
     twin, twin_buffer = copy.deepcopy(algorithm), copy.deepcopy(buffer)
     stock = SparseDenseWrapper(algorithm, config=load_config(preset="classic_control", fused_updates=False))
     fused = SparseDenseWrapper(twin, config=load_config(preset="classic_control", fused_updates=True))
     assert fused.fused and not stock.fused
-    (stock_run, _), (fused_run, fused_calls) = _run_any(stock, buffer), _run_any(fused, twin_buffer)
+    (stock_run, _), (fused_run, fused_calls) = _run(stock, buffer), _run(fused, twin_buffer)
     assert fused_calls == UPDATES
     assert len(stock_run["gradients"]) >= UPDATES
     return stock_run, fused_run
@@ -282,7 +231,7 @@ def test_a_one_line_change_to_an_actor_critic_update_breaks_the_equivalence(monk
             polyak_update_([p.data for pair in pairs for p in pair.source.parameters()],
                            [p.data for pair in pairs for p in pair.target.parameters()], algorithm.tau)
         monkeypatch.setattr(fused_module, "_polyak", sb3_rounding)
-    stock, fused = _stock_and_fused_any(name, "vector")
+    stock, fused = _stock_and_fused(_actor_critic(name), "vector")
     assert differences(stock["state"], fused["state"])
 
 
