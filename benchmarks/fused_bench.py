@@ -20,7 +20,7 @@ Tianshou's ``Net``-based actor and critics, against the same floors as SB3's; PP
 ms per minibatch step, the whole update included).
 
 Usage:
-    python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--algos dqn,qrdqn,sac,td3] [--frameworks sb3,tianshou]
+    python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--per-call K] [--algos dqn,qrdqn,sac,td3] [--frameworks sb3,tianshou]
         [--tianshou-algos dqn,sac,td3,ddpg,ppo]
 """
 
@@ -167,6 +167,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=64, help="gradient steps per timed call")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--per-call", type=int, default=None,
+                        help="SB3: gradient steps per train() call (default: all --steps in one call; "
+                             "1 is SAC's train_freq=1 / gradient_steps=1)")
     parser.add_argument("--algos", default="dqn,qrdqn,sac,td3", help="SB3 algorithms (empty: none)")
     parser.add_argument("--frameworks", default="sb3,tianshou")
     parser.add_argument("--tianshou-algos", default="dqn,sac,td3,ddpg,ppo", help="Tianshou algorithms")
@@ -200,8 +203,10 @@ def main() -> None:
             for r in range(args.rounds):
                 order = [("stock", stock_model.train), ("fused", fused)]
                 for name, train in order if r % 2 == 0 else order[::-1]:  # alternate who goes first
+                    per_call = args.per_call or steps
                     t = time.perf_counter()
-                    train(steps, batch)
+                    for _ in range(steps // per_call):
+                        train(per_call, batch)
                     times[name].append(time.perf_counter() - t)
                 if has_floor:
                     times["floor"].append(floor_step(algo, hidden, batch, steps, data))

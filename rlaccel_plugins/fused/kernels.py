@@ -47,7 +47,8 @@ class OptimizerKernels:
                     group["foreach"] = True
                 if self.capturable and "capturable" in group:
                     group["capturable"] = True
-                _move_steps(optimizer, group)
+                if self.fused or self.capturable:  # foreach alone keeps the step counts where they are
+                    _move_steps(optimizer, group)
         return self
 
     def restore(self) -> None:
@@ -56,7 +57,8 @@ class OptimizerKernels:
             for key, value in (("fused", fused), ("capturable", capturable)):
                 if key in group:
                     group[key] = value
-            _move_steps(optimizer, group)
+            if self.fused or self.capturable:
+                _move_steps(optimizer, group)
         self._saved = []
 
     def __enter__(self) -> OptimizerKernels:  # noqa: PYI034 - typing.Self needs Python 3.11

@@ -92,7 +92,7 @@ class _GraphsPerModel:
 
     def get(self, step: Callable, optimizers: list, dict_observations: bool) -> StepGraphs:
         """The graphs for ``step`` (built on the first call; ``step`` must be the same function each time)."""
-        if self.steps is not None and _fingerprint(optimizers) != self._fingerprint:
+        if self.steps is not None and self.steps.enabled and _fingerprint(optimizers) != self._fingerprint:
             self.release()
         if self.steps is None:
             enabled = self.cuda_graphs and self.model.device.type == "cuda"
@@ -107,7 +107,7 @@ class _GraphsPerModel:
 
     def finish(self, optimizers: list) -> None:
         """End of a ``train()`` call: the guard's device counters, and the storage the graphs hold."""
-        if self.steps is not None:
+        if self.steps is not None and self.steps.enabled:  # eager steps hold no storage addresses
             self.steps.flush()
             self._fingerprint = _fingerprint(optimizers)
 
