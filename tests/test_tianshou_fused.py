@@ -338,3 +338,13 @@ def test_fused_ppo_update_is_tianshous_bit_for_bit(continuous, kwargs):
     assert fused_calls == 7
     assert len(stock_run["gradients"]) >= 200  # 600 transitions, minibatches of 64 (the last merged), 4 epochs, 7 updates
     assert differences(stock_run, fused_run) == []
+
+
+def test_a_wrapper_with_a_fused_update_pickles_and_keeps_it():
+    import pickle
+
+    from rlaccel_tianshou import SparseDenseOnPolicyWrapper, SparseDenseWrapper
+
+    for wrapper in (SparseDenseWrapper(_actor_critic("SAC"), preset="classic_control"),
+                    SparseDenseOnPolicyWrapper(_ppo(False), preset="classic_control")):
+        assert wrapper.fused and pickle.loads(pickle.dumps(wrapper)).fused

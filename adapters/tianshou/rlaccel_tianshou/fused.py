@@ -22,6 +22,7 @@ prioritized replay. Anything else runs Tianshou's own update.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -97,31 +98,35 @@ def fusable_buffer(buffer) -> bool:
 
 def _update(learn: Callable) -> Callable[[Any, Any, int | None], Any]:
     """``Algorithm._update`` of the wrapper, with ``learn(wrapper, algorithm, buffer, indices, weight)``
-    in place of ``buffer.sample`` + ``_preprocess_batch`` + ``_update_with_batch``."""
-
-    def update(wrapper, buffer, sample_size: int | None, *args):
-        algorithm = wrapper.wrapped_algorithm
-        if not algorithm.policy.is_within_training_step:
-            raise RuntimeError("update() must be called within policy_within_training_step (as Tianshou's own)")
-        start_time = time.time()
-        wrapper._last_buffer = buffer
-        if hasattr(buffer, "_last_weights"):
-            buffer._last_weights = None
-        indices = buffer.sample_indices(sample_size)  # the draws buffer.sample() makes
-        stats = learn(wrapper, algorithm, buffer, indices, getattr(buffer, "_last_weights", None), *args)
-        for lr_scheduler in wrapper.lr_schedulers:
-            lr_scheduler.step()
-        stats.train_time = time.time() - start_time
-        return stats
-
-    return update
+    in place of ``buffer.sample`` + ``_preprocess_batch`` + ``_update_with_batch`` (a ``partial`` of
+    module-level functions, so a wrapper holding it pickles)."""
+    return functools.partial(_run_update, learn)
 
 
 def _on_policy_update(learn: Callable) -> Callable[[Any, Any, int | None, int], Any]:
     """``OnPolicyAlgorithm.update(buffer, batch_size, repeat)`` of the wrapper: the whole buffer, in
     ``learn(wrapper, algorithm, buffer, indices, weight, batch_size, repeat)``."""
-    frame = _update(learn)
-    return lambda wrapper, buffer, batch_size, repeat: frame(wrapper, buffer, 0, batch_size, repeat)
+    return functools.partial(_run_on_policy_update, learn)
+
+
+def _run_update(learn: Callable, wrapper, buffer, sample_size: int | None, *args):
+    algorithm = wrapper.wrapped_algorithm
+    if not algorithm.policy.is_within_training_step:
+        raise RuntimeError("update() must be called within policy_within_training_step (as Tianshou's own)")
+    start_time = time.time()
+    wrapper._last_buffer = buffer
+    if hasattr(buffer, "_last_weights"):
+        buffer._last_weights = None
+    indices = buffer.sample_indices(sample_size)  # the draws buffer.sample() makes
+    stats = learn(wrapper, algorithm, buffer, indices, getattr(buffer, "_last_weights", None), *args)
+    for lr_scheduler in wrapper.lr_schedulers:
+        lr_scheduler.step()
+    stats.train_time = time.time() - start_time
+    return stats
+
+
+def _run_on_policy_update(learn: Callable, wrapper, buffer, batch_size: int | None, repeat: int):
+    return _run_update(learn, wrapper, buffer, 0, batch_size, repeat)
 
 
 def _nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
@@ -253,12 +258,10 @@ def _critic_step(critic, optimizer, obs: torch.Tensor, act: torch.Tensor, return
 
 
 def _actor_critic_inputs(algorithm, buffer, indices: np.ndarray, weight, returns: torch.Tensor):
+    """The sampled observations and actions (arrays for the layer trace, tensors for the networks) and
+    the importance weights."""
     obs_np, act_np = buffer.obs[indices], buffer.act[indices]
     return obs_np, act_np, _as_input(algorithm, obs_np), _as_input(algorithm, act_np), _weights(weight, returns)
-
-
-def _actor_critic_modules(algorithm, *critics) -> list[torch.nn.Module]:
-    return [algorithm.policy.actor, *critics]
 
 
 def _ddpg_learn(wrapper, ddpg, buffer, indices: np.ndarray, weight):

@@ -66,6 +66,12 @@ class _SparseDenseMixin:
         self.guard = GradientGuard.from_config(config, str(device))
         self.lr_schedulers = self.wrapped_algorithm.lr_schedulers  # shared: stepped once per update
         self._last_buffer = None
+        self._fused_update = _fused_update(self.wrapped_algorithm, config)
+
+    @property
+    def fused(self) -> bool:
+        """Whether updates run fused (``training.fused_updates``; see ``rlaccel_tianshou.fused``)."""
+        return self._fused_update is not None
 
     # ---------------------------------------------------------------- attaching on the first batch
     def _ensure_attached(self, batch: Any) -> None:
@@ -163,12 +169,6 @@ class SparseDenseWrapper(_SparseDenseMixin, OffPolicyWrapperAlgorithm):
                  sparse: bool = True, config: AccelConfig | None = None) -> None:
         super().__init__(wrapped_algorithm)
         self._init_sparse_dense(_config(config, preset, sparse_update_interval, dense_layers), sparse)
-        self._fused_update = _fused_update(wrapped_algorithm, self.rlaccel_config)
-
-    @property
-    def fused(self) -> bool:
-        """Whether updates run fused (``training.fused_updates``; see ``rlaccel_tianshou.fused``)."""
-        return self._fused_update is not None
 
     def update(self, buffer, sample_size):
         from rlaccel_tianshou.fused import fusable_buffer
@@ -197,9 +197,6 @@ class SparseDenseOnPolicyWrapper(_SparseDenseMixin, OnPolicyWrapperAlgorithm):
                  sparse: bool = True, config: AccelConfig | None = None) -> None:
         super().__init__(wrapped_algorithm)
         self._init_sparse_dense(_config(config, preset, sparse_update_interval, dense_layers), sparse)
-        self._fused_update = _fused_update(wrapped_algorithm, self.rlaccel_config)
-
-    fused = SparseDenseWrapper.fused
 
     def update(self, buffer, batch_size, repeat):
         from rlaccel_tianshou.fused import fusable_buffer
