@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import platform
 import statistics
 import time
@@ -211,9 +212,7 @@ def main() -> None:
                 if has_floor:
                     times["floor"].append(floor_step(algo, hidden, batch, steps, data))
             ms = {k: 1e3 * statistics.median(v) / steps if v else float("nan") for k, v in times.items()}
-            print(f"{algo:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
-                  f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
-                  f"{ms['stock'] / ms['floor']:>10.2f}x")
+            print_row(algo, hidden, batch, ms)
     if "sb3" in args.frameworks.split(",") and args.ppo:
         ppo_rows(args.rounds)
     if "tianshou" in args.frameworks.split(","):
@@ -257,6 +256,33 @@ def ppo_rows(rounds: int) -> None:
               f"{'nan':>7} {ms['fused'] / ms['stock']:>10.2f}x {'nan':>10}x {'nan':>10}x")
 
 
+def print_row(label: str, hidden: tuple[int, ...], batch: int, ms: dict[str, float]) -> None:
+    """One table row from the ms per gradient step of stock, fused and the floor."""
+    print(f"{label:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
+          f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
+          f"{ms['stock'] / ms['floor']:>10.2f}x")
+
+
+def tianshou_update_ms(stock, fused, buffer, batch: int, steps: int, rounds: int, floor) -> dict[str, float]:
+    """ms per update of Tianshou's own ``update`` and the wrapper's fused one (after one warm-up each;
+    rounds alternate who goes first), and of ``floor()`` (seconds for ``steps`` steps); medians."""
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    times = {"stock": [], "fused": [], "floor": []}
+    with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
+        for algorithm in (stock, fused):
+            algorithm.update(buffer, batch)
+        for r in range(rounds):
+            order = [("stock", stock), ("fused", fused)]
+            for name, algorithm in order if r % 2 == 0 else order[::-1]:
+                t = time.perf_counter()
+                for _ in range(steps):
+                    algorithm.update(buffer, batch)
+                times[name].append(time.perf_counter() - t)
+            times["floor"].append(floor())
+    return {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
+
+
 def tianshou_rows(steps: int, rounds: int) -> None:
     """Tianshou DQN (the example's settings: double DQN, 3-step, MSE, 128-128-128, batch 64) on CartPole:
     Tianshou's own ``update``, the wrapper's fused one, and a floor of the same math."""
@@ -268,7 +294,6 @@ def tianshou_rows(steps: int, rounds: int) -> None:
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import Net
-    from tianshou.utils.torch_utils import policy_within_training_step
 
     from rlaccel_plugins.loader import load_config
 
@@ -289,20 +314,8 @@ def tianshou_rows(steps: int, rounds: int) -> None:
         data = {"obs": torch.as_tensor(buffer.obs[:10_000]), "rew": torch.as_tensor(buffer.rew[:10_000]).float(),
                 "done": torch.as_tensor(buffer.done[:10_000]).float(),
                 "act": torch.as_tensor(buffer.act[:10_000]).long()}
-        times = {"stock": [], "fused": [], "floor": []}
-        with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
-            for r in range(rounds):
-                order = [("stock", stock), ("fused", fused)]
-                for name, algo in order if r % 2 == 0 else order[::-1]:
-                    t = time.perf_counter()
-                    for _ in range(steps):
-                        algo.update(buffer, batch)
-                    times[name].append(time.perf_counter() - t)
-                times["floor"].append(tianshou_floor(hidden, batch, steps, data))
-        ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
-        print(f"{'ts-dqn':<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
-              f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
-              f"{ms['stock'] / ms['floor']:>10.2f}x")
+        print_row("ts-dqn", hidden, batch, tianshou_update_ms(
+            stock, fused, buffer, batch, steps, rounds, functools.partial(tianshou_floor, hidden, batch, steps, data)))
 
 
 def tianshou_actor_critic(algo: str, hidden: tuple[int, ...]):
@@ -346,7 +359,6 @@ def tianshou_actor_critic_rows(algo: str, steps: int, rounds: int) -> None:
     from rlaccel_tianshou import SparseDenseWrapper
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
-    from tianshou.utils.torch_utils import policy_within_training_step
 
     from rlaccel_plugins.loader import load_config
 
@@ -362,22 +374,9 @@ def tianshou_actor_critic_rows(algo: str, steps: int, rounds: int) -> None:
                 "actions": torch.as_tensor(buffer.act[:10_000]).float().reshape(-1, 1),
                 "rewards": torch.as_tensor(buffer.rew[:10_000]).float().reshape(-1, 1),
                 "dones": torch.as_tensor(buffer.done[:10_000]).float().reshape(-1, 1)}
-        times = {"stock": [], "fused": [], "floor": []}
-        with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
-            for algorithm in (stock, fused):  # warm-up
-                algorithm.update(buffer, batch)
-            for r in range(rounds):
-                order = [("stock", stock), ("fused", fused)]
-                for name, algorithm in order if r % 2 == 0 else order[::-1]:
-                    t = time.perf_counter()
-                    for _ in range(steps):
-                        algorithm.update(buffer, batch)
-                    times[name].append(time.perf_counter() - t)
-                times["floor"].append(actor_critic_floor(algo, hidden, batch, steps, data))
-        ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
-        print(f"{'ts-' + algo:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
-              f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
-              f"{ms['stock'] / ms['floor']:>10.2f}x")
+        print_row("ts-" + algo, hidden, batch, tianshou_update_ms(
+            stock, fused, buffer, batch, steps, rounds, functools.partial(actor_critic_floor, algo, hidden, batch, steps,
+                                                                      data)))
 
 
 def tianshou_ppo_rows(rounds: int) -> None:
