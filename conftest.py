@@ -7,6 +7,8 @@ with the package's name. With everything installed (CI) nothing is skipped.
 
 import ast
 import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,31 @@ OPTIONAL = ("stable_baselines3", "sb3_contrib", "tianshou", "gymnasium", "envpoo
 ADAPTERS = {"rlaccel_sb3": "stable_baselines3", "rlaccel_tianshou": "tianshou"}
 MISSING = {name for name in OPTIONAL if importlib.util.find_spec(name) is None}
 MISSING |= {adapter for adapter, framework in ADAPTERS.items() if framework in MISSING}
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `pytest -n 2` runs one worker per core: a worker's torch (and the processes it starts) takes one
+    # thread, so two workers don't fight over the cores. Set before anything imports torch.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``pytest -n``, the ``slow`` tests go first, so that no worker starts a two-minute run when the
+    other has nothing left to do."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' collection order is the schedule's
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """A test that runs `rlaccel train` sets torch's thread count for the whole process (training.num_threads);
+    the tests after it get the count back. Left raised, the extra OpenMP thread busy-waits between parallel
+    regions and takes a core from the other xdist worker."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch else int(os.environ.get("OMP_NUM_THREADS", "0"))
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and before and torch.get_num_threads() != before:
+        torch.set_num_threads(before)
 
 
 def _top_level_imports(path: Path) -> set[str]:

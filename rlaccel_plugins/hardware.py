@@ -40,7 +40,8 @@ class ResolvedHardware:
 def resolve_auto(config: AccelConfig) -> ResolvedHardware:
     """Resolve every ``"auto"`` in ``config`` for this machine; explicit values are kept.
 
-    Rules: device = cuda > mps > cpu; threads = usable cores; env count = 2 per core on CPU
+    Rules: device = cuda > mps > cpu; threads = usable cores, or ``OMP_NUM_THREADS`` where the user set
+    it (the cap torch itself honours); env count = 2 per core on CPU
     (envs are cheap, the learner shares the cores), 8 per core up to 256 with a GPU doing inference;
     precision = bf16 on a GPU that supports it, fp16 on an older GPU, fp32 on CPU.
 
@@ -57,11 +58,17 @@ def resolve_auto(config: AccelConfig) -> ResolvedHardware:
         envs = min(256, 8 * cores) if on_gpu else max(2, 2 * cores)
     threads = config.training.num_threads
     if threads == AUTO:
-        threads = cores
+        threads = _thread_cap() or cores
     precision = config.precision.dtype
     if precision == AUTO:
         precision = _auto_precision(device)
     return ResolvedHardware(parallel_envs=envs, device=device, num_threads=threads, precision=precision)
+
+
+def _thread_cap() -> int | None:
+    """``OMP_NUM_THREADS`` as a positive int, or None where it is unset or not one."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def _auto_precision(device: str) -> str:

@@ -72,6 +72,7 @@ def _recorded(checkpoint_path):
     return json.loads((Path(checkpoint_path) / "manifest.json").read_text())["meta"]["digests"]
 
 
+@pytest.mark.slow
 @pytest.mark.needs('stable_baselines3', 'tianshou')
 @pytest.mark.parametrize("framework", ["sb3", "tianshou"])
 def test_sigterm_writes_a_checkpoint_before_exit_and_resume_finishes(framework, tmp_path):

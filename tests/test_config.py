@@ -145,6 +145,16 @@ def test_resolved_auto_values_are_concrete():
     assert hw.precision in ("fp32", "bf16", "fp16")
 
 
+@pytest.mark.parametrize("omp, expected", [("1", 1), ("3", 3), ("", None), ("zero", None), ("0", None)])
+def test_auto_threads_follow_omp_num_threads_where_the_user_set_it(monkeypatch, omp, expected):
+    from rlaccel_plugins.hardware import cpu_count, resolve_auto
+
+    monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    threads = resolve_auto(rla.load_config(num_threads="auto")).num_threads
+    assert threads == (expected or cpu_count())
+    assert resolve_auto(rla.load_config(num_threads=2)).num_threads == 2  # an explicit value is kept
+
+
 # ---------------------------------------------------------------- property-based: load or ConfigError
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(allow_nan=True),
                     st.text(max_size=8), st.sampled_from(["auto", "anneal", "bf16", "cpu", "*.weight"]))

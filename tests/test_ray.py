@@ -12,6 +12,7 @@ from rlaccel_plugins.errors import ConfigError
 from tests.log_helpers import tensorboard_tags
 
 ray = pytest.importorskip("ray", reason="the `ray` extra: pip install 'rlaccel-plugins[ray]'")
+pytestmark = pytest.mark.xdist_group("ray")  # one local cluster per module: under `pytest -n`, one worker runs them all
 
 
 @pytest.fixture(scope="module")

@@ -75,6 +75,7 @@ def test_train_reports_bad_overrides_clearly(capsys):
 
 
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+@pytest.mark.slow
 def test_demo_writes_results_and_plot(tmp_path, capsys):
     assert main(["demo", "--steps", "2000", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
@@ -99,6 +100,7 @@ def test_a_broken_display_never_breaks_training():
     assert progress.steps == 6 and progress.enabled is False
 
 
+@pytest.mark.slow
 def test_pong_command_starts_trains_logs_and_checkpoints(tmp_path, capsys):
     args = ["train", "--framework", "sb3", "--algo", "dqn", "--env", "Pong-v5", "--preset", "atari",
             "--steps", "640", "--eval-freq", "100000", "--no-progress", "--logdir", str(tmp_path),

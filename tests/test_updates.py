@@ -226,6 +226,7 @@ def test_bad_input_gets_clear_errors():
 
 
 # ------------------------------------------------------------------ it still learns
+@pytest.mark.slow
 def test_a_q_network_under_the_updater_still_learns_cartpole():
     """A compact DQN (TieredReplay + SparseDenseUpdater) on gymnasium's CartPole-v1."""
     import gymnasium as gym
