@@ -265,11 +265,11 @@ def run_training(spec: TrainSpec) -> TrainResult:
     if spec.resume:
         _find_resume_point(spec)
     adapter = get_plugin_manager().adapters.get(spec.framework)
-    _set_threads(spec.config)
     if spec.logdir and not spec.resume:
         Path(spec.logdir).mkdir(parents=True, exist_ok=True)
         spec.save(Path(spec.logdir) / "spec.json")
     run = start_wandb(spec) if spec.wandb else None
+    threads = _set_threads(spec.config)
     try:
         # only a run with a --logdir can checkpoint; without one a signal keeps its usual effect
         with StopSignal(enabled=bool(spec.logdir) and spec.config.checkpoint.on_signal) as stop, \
@@ -280,6 +280,7 @@ def run_training(spec: TrainSpec) -> TrainResult:
             clock = EvalClock()
             result = _result(spec, training, clock, training.learn(progress, clock))
     finally:
+        _set_threads(threads)
         if run is not None:
             run.finish()
     if spec.logdir:
@@ -305,13 +306,16 @@ def _find_resume_point(spec: TrainSpec) -> None:
     spec.resume_from = store.require_latest()
 
 
-def _set_threads(config: AccelConfig) -> None:
-    """``training.num_threads`` ("auto": the usable cores) for torch's intra-op work in this run."""
+def _set_threads(config: AccelConfig | int) -> int:
+    """Torch's intra-op threads for this run: ``training.num_threads`` ("auto": the usable cores), or a
+    count to put back; returns the count it replaced, so the caller's process gets it back afterwards."""
     import torch
 
     from rlaccel_plugins.hardware import resolve_auto
 
-    torch.set_num_threads(resolve_auto(config).num_threads)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(config if isinstance(config, int) else resolve_auto(config).num_threads)
+    return previous
 
 
 def _result(spec: TrainSpec, training: TrainingRun, clock: EvalClock, learned: Learned) -> TrainResult:

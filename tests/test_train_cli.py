@@ -119,9 +119,13 @@ def test_pong_command_starts_trains_logs_and_checkpoints(tmp_path, capsys):
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 @pytest.mark.parametrize("framework", ["sb3", "tianshou"])
 def test_train_async_counts_every_step(framework, tmp_path):
+    import torch
+
+    threads = torch.get_num_threads()
     args = ["train", "--framework", framework, "--steps", "3000", "--eval-freq", "1000", "--no-progress",
-            "--logdir", str(tmp_path), "--async"]
+            "--logdir", str(tmp_path), "--async", "--set", f"num_threads={threads + 1}"]
     assert main(args) == 0
+    assert torch.get_num_threads() == threads  # the run's thread count is its own, not the caller's after it
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["env_steps"] == 3000 and len(result["curve"]) == 3
 
