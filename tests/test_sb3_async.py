@@ -63,5 +63,6 @@ def test_async_dqn_learns_cartpole():
     # the actor thread's timing varies run to run: judge the learning curve's best, as the bench does
     evaluation = EvalCallback(make_vec_env("CartPole-v1", n_envs=1, seed=100), eval_freq=2_500, n_eval_episodes=10,
                               verbose=0)
-    learn_async(model, 30_000, callback=evaluation, sync_interval=50)
+    # here best >= 100 came at 5k steps, and 5 of the 8 evaluations to 20k scored >= 100
+    learn_async(model, 20_000, callback=evaluation, sync_interval=50)
     assert evaluation.best_mean_reward >= 100, evaluation.best_mean_reward  # a random policy scores ~20
