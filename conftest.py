@@ -3,6 +3,9 @@
 Files whose top-level imports need an optional package that is not installed (a framework, an
 extra) are not collected, doctests included; a test that imports one inside its body is skipped
 with the package's name. With everything installed (CI) nothing is skipped.
+
+Under pytest-xdist (``-n auto --dist loadgroup``, the README's command) each worker gets one torch thread
+and the ``slow`` tests start first; any test's change to torch's thread count is undone after it.
 """
 
 import ast
