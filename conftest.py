@@ -24,7 +24,7 @@ MISSING = {name for name in OPTIONAL if importlib.util.find_spec(name) is None}
 MISSING |= {adapter for adapter, framework in ADAPTERS.items() if framework in MISSING}
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # `pytest -n 2` runs one worker per core: a worker's torch (and the processes it starts) takes one
+    # `pytest -n auto` runs one worker per core: a worker's torch (and the processes it starts) takes one
     # thread, so two workers don't fight over the cores. Set before anything imports torch.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
