@@ -5,13 +5,12 @@ extra) are not collected, doctests included; a test that imports one inside its 
 with the package's name. With everything installed (CI) nothing is skipped.
 
 Under pytest-xdist (``-n auto --dist loadgroup``, the README's command) each worker gets one torch thread
-and the ``slow`` tests start first; any test's change to torch's thread count is undone after it.
+and the ``slow`` tests start first.
 """
 
 import ast
 import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -34,19 +33,6 @@ def pytest_collection_modifyitems(config, items):
     other has nothing left to do."""
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' collection order is the schedule's
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
-@pytest.fixture(autouse=True)
-def _torch_threads_restored():
-    """A test that runs `rlaccel train` sets torch's thread count for the whole process (training.num_threads);
-    the tests after it get the count back. Left raised, the extra OpenMP thread busy-waits between parallel
-    regions and takes a core from the other xdist worker."""
-    torch = sys.modules.get("torch")
-    before = torch.get_num_threads() if torch else int(os.environ.get("OMP_NUM_THREADS", "0"))
-    yield
-    torch = sys.modules.get("torch")
-    if torch is not None and before and torch.get_num_threads() != before:
-        torch.set_num_threads(before)
 
 
 def _top_level_imports(path: Path) -> set[str]:

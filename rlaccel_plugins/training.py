@@ -11,6 +11,7 @@ DESIGN.md §8: training wall time with the evaluation time excluded, until a det
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -269,10 +270,10 @@ def run_training(spec: TrainSpec) -> TrainResult:
         Path(spec.logdir).mkdir(parents=True, exist_ok=True)
         spec.save(Path(spec.logdir) / "spec.json")
     run = start_wandb(spec) if spec.wandb else None
-    threads = _set_threads(spec.config)
     try:
         # only a run with a --logdir can checkpoint; without one a signal keeps its usual effect
-        with StopSignal(enabled=bool(spec.logdir) and spec.config.checkpoint.on_signal) as stop, \
+        with _torch_threads(spec.config), \
+                StopSignal(enabled=bool(spec.logdir) and spec.config.checkpoint.on_signal) as stop, \
                 TrainingProgress(total=spec.steps, label=f"{spec.framework} {spec.algo} {spec.env_id} {spec.variant}",
                                  enabled=spec.progress) as progress:
             spec.stop = stop
@@ -280,7 +281,6 @@ def run_training(spec: TrainSpec) -> TrainResult:
             clock = EvalClock()
             result = _result(spec, training, clock, training.learn(progress, clock))
     finally:
-        _set_threads(threads)
         if run is not None:
             run.finish()
     if spec.logdir:
@@ -306,16 +306,20 @@ def _find_resume_point(spec: TrainSpec) -> None:
     spec.resume_from = store.require_latest()
 
 
-def _set_threads(config: AccelConfig | int) -> int:
-    """Torch's intra-op threads for this run: ``training.num_threads`` ("auto": the usable cores), or a
-    count to put back; returns the count it replaced, so the caller's process gets it back afterwards."""
+@contextlib.contextmanager
+def _torch_threads(config: AccelConfig):
+    """Torch's intra-op threads for the run: ``training.num_threads`` ("auto": the usable cores); the
+    caller's count comes back after it."""
     import torch
 
     from rlaccel_plugins.hardware import resolve_auto
 
     previous = torch.get_num_threads()
-    torch.set_num_threads(config if isinstance(config, int) else resolve_auto(config).num_threads)
-    return previous
+    torch.set_num_threads(resolve_auto(config).num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _result(spec: TrainSpec, training: TrainingRun, clock: EvalClock, learned: Learned) -> TrainResult:

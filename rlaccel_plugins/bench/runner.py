@@ -24,14 +24,10 @@ def variant_config(variant: Variant):
     return load_config(preset=variant.preset, **overrides)
 
 
-def run_one(task: Task, variant: Variant, seed: int, torch_threads: int | None = None) -> dict[str, Any]:
+def run_one(task: Task, variant: Variant, seed: int) -> dict[str, Any]:
     """Train one variant on one task and seed in this process; a JSON-ready record."""
-    import torch
-
     from rlaccel_plugins.training import TrainSpec, run_training
 
-    if torch_threads:
-        torch.set_num_threads(torch_threads)
     steps = variant.steps or task.steps
     config = variant_config(variant)
     hyperparams = dict(variant.hyperparams)
@@ -55,10 +51,10 @@ def run_one(task: Task, variant: Variant, seed: int, torch_threads: int | None =
             "curve": [asdict(p) for p in result.curve], "stats": result.stats}
 
 
-def run_isolated(task: Task, variant: Variant, seed: int, torch_threads: int | None = None) -> dict[str, Any]:
+def run_isolated(task: Task, variant: Variant, seed: int) -> dict[str, Any]:
     """:func:`run_one` in a fresh process (peak RSS and torch state are then the run's own)."""
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(run_one, task, variant, seed, torch_threads).result()
+        return pool.submit(run_one, task, variant, seed).result()
 
 
 def raw_env_steps_per_s(env_id: str, seconds: float = 3.0) -> dict[str, Any]:
