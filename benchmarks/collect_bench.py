@@ -13,10 +13,14 @@ Agent steps per second (frames/s = 4x).
 gradient step, epsilon-greedy past ``learning_starts``), µs per env step, interleaved rounds:
 
 - ``stock``  — SB3's own ``collect_rollouts``;
-- ``lean``   — the same with rlaccel's lean ``_sample_action`` (what ``AccelerateCallback`` installs);
+- ``lean``   — the same with rlaccel's lean ``collect_rollouts``, ``_sample_action``,
+  ``_store_transition`` and ``_on_step`` (what ``AccelerateCallback`` installs);
 - ``floor``  — the same VecEnv's step, one forward of the same Q-network on the observation as a
   tensor, and one write of the transition into preallocated arrays, hand-written: what is left once
   the framework's loop is gone;
+- ``+target`` — the floor plus DQN's target-network update at its cadence (a Polyak update of the
+  256-256 Q-network every ``target_update_interval // n_envs`` vector steps, as the multi-tensor
+  kernels the lean path runs): part of DQN's collection, not of the issue's floor;
 
 with 1 gymnasium env (``DummyVecEnv``) and 16 envpool envs (``EnvPoolVecEnv``); and SB3 PPO's
 ``collect_rollouts`` with RL Zoo's CartPole settings (8 envs x 32 steps): stock, lean (rlaccel's policy
@@ -161,23 +165,28 @@ def _dqn(venv):
 
 
 def sb3_collection_us(make_env, steps: int, lean: bool) -> float:
-    from rlaccel_sb3.collection import lean_sample_action_for
     from rlaccel_sb3.overrides import override_method
+    from rlaccel_sb3.rollouts import lean_off_policy_methods
 
     model = _dqn(make_env())
-    if lean:
-        override_method(model, "_sample_action", lean_sample_action_for(model))
+    for name, method in (lean_off_policy_methods(model) if lean else {}).items():
+        override_method(model, name, method)
     model.learn(1_000)  # warm-up
     start = time.perf_counter()
     model.learn(steps, reset_num_timesteps=False)
     return 1e6 * (time.perf_counter() - start) / steps
 
 
-def floor_us(make_env, steps: int) -> float:
-    """Env step + one Q-network forward + one transition write, by hand (no framework loop)."""
+def floor_us(make_env, steps: int, target_update: bool = False) -> float:
+    """Env step + one Q-network forward + one transition write, by hand (no framework loop); with
+    ``target_update``, DQN's Polyak update of the target network at its cadence too."""
+    from rlaccel_plugins.fused import polyak_update_
+
     venv = make_env()
     model = _dqn(venv)
     q_net, n = model.policy.q_net.q_net, venv.num_envs
+    online, target = list(model.q_net.parameters()), list(model.q_net_target.parameters())
+    every = max(model.target_update_interval // n, 1) if target_update else 0
     obs = venv.reset()
     rows = steps // n + 1
     stored = {"obs": np.zeros((rows, n, 4), np.float32), "next_obs": np.zeros((rows, n, 4), np.float32),
@@ -191,6 +200,8 @@ def floor_us(make_env, steps: int) -> float:
             stored["obs"][row], stored["next_obs"][row], stored["action"][row] = obs, next_obs, actions
             stored["reward"][row], stored["done"][row] = rewards, dones
             obs = next_obs
+            if every and (row + 1) % every == 0:
+                polyak_update_(online, target, model.tau)
     return 1e6 * (time.perf_counter() - start) / (steps // n * n)
 
 
@@ -209,17 +220,20 @@ def framework_rows(rounds: int, steps: int) -> None:
 
     print(f"SB3 DQN collection on CartPole-v1 (RL Zoo settings, no updates), us per env step, median of {rounds} "
           f"interleaved rounds of {steps} env steps; torch threads {torch.get_num_threads()}")
-    print(f"  {'envs':<18} {'stock':>7} {'lean':>7} {'floor':>7} {'lean/stock':>10} {'lean/floor':>10}")
+    print(f"  {'envs':<18} {'stock':>7} {'lean':>7} {'floor':>7} {'+target':>7} {'lean/stock':>10} "
+          f"{'lean/floor':>10} {'lean/+target':>12}")
     for name, make_env, n_steps in (("1 gymnasium", gym1, steps), ("16 envpool", pool16, 8 * steps)):
-        times = {"stock": [], "lean": [], "floor": []}
+        times = {"stock": [], "lean": [], "floor": [], "+target": []}
         for r in range(rounds):
             order = [("stock", False), ("lean", True)]
             for key, lean in order if r % 2 == 0 else order[::-1]:
                 times[key].append(sb3_collection_us(make_env, n_steps, lean))
             times["floor"].append(floor_us(make_env, n_steps))
+            times["+target"].append(floor_us(make_env, n_steps, target_update=True))
         us = {k: statistics.median(v) for k, v in times.items()}
-        print(f"  {name:<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} "
-              f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
+        print(f"  {name:<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} {us['+target']:>7.1f} "
+              f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x "
+              f"{us['lean'] / us['+target']:>11.2f}x", flush=True)
 
 
 def _ppo():

@@ -1,8 +1,10 @@
 """Lean SB3 collection is SB3's own, step by step (DESIGN.md §10): the same model and seed through
-``learn()`` with SB3's ``_sample_action`` and with the lean one — every vector step's actions, buffer
-actions, observations, rewards, dones and infos as a callback sees them, the locals SB3 hands
-callbacks, then the replay buffer, the weights, the episode statistics, the logged values and
-numpy's and torch's RNG states. Tolerance: none (bit-identical): the same ops run on the same inputs.
+``learn()`` with SB3's ``collect_rollouts`` (and the ``_sample_action``, ``_store_transition`` and
+``_on_step`` it calls) and with the lean ones — every vector step's actions, buffer actions,
+observations, rewards, dones and infos as a callback sees them, the names of the locals SB3 hands
+callbacks, then the replay buffer, the weights (target networks included), the episode statistics,
+the logged values and numpy's and torch's RNG states. Tolerance: none (bit-identical): the same ops
+run on the same inputs.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _recorder():
     return Recorder()
 
 
-def _model(algo: str, n_envs: int = 1, device: str = "cpu"):
+def _model(algo: str, n_envs: int = 1, device: str = "cpu", **overrides):
     from sb3_contrib import QRDQN
     from stable_baselines3 import DDPG, DQN, SAC, TD3
     from stable_baselines3.common.env_util import make_vec_env
@@ -65,24 +67,34 @@ def _model(algo: str, n_envs: int = 1, device: str = "cpu"):
     if algo == "TD3":
         kwargs.update(action_noise=NormalActionNoise(np.zeros(1), 0.1 * np.ones(1)))
     cls = {"DQN": DQN, "QRDQN": QRDQN, "SAC": SAC, "TD3": TD3, "DDPG": DDPG}[algo]
-    return cls("MlpPolicy", env, **kwargs)
+    return cls("MlpPolicy", env, **{**kwargs, **overrides})
 
 
-def _learn(algo: str, lean: bool, steps: int, n_envs: int = 1, device: str = "cpu") -> dict:
-    from rlaccel_sb3.collection import lean_sample_action_for
+LEAN = {"_sample_action", "collect_rollouts", "_store_transition", "_on_step"}
+
+
+def _learn(algo: str, lean: bool, steps: int, n_envs: int = 1, device: str = "cpu", expect=LEAN,
+           callback=None, log_interval: int = 4, **overrides) -> dict:
     from rlaccel_sb3.overrides import override_method, remove_override
+    from rlaccel_sb3.rollouts import lean_off_policy_methods
+    from stable_baselines3.common.callbacks import CallbackList
 
-    model = _model(algo, n_envs, device)
+    model = _model(algo, n_envs, device, **overrides)
     if lean:
-        override_method(model, "_sample_action", lean_sample_action_for(model))
+        methods = lean_off_policy_methods(model)
+        assert set(methods) == (expect - {"_on_step"} if algo in ("SAC", "TD3", "DDPG") else expect)
+        for name, method in methods.items():
+            override_method(model, name, method)
     recorder = _recorder()
-    model.learn(steps, callback=recorder)
+    model.learn(steps, callback=CallbackList([recorder, *([callback()] if callback else [])]), log_interval=log_interval)
     if lean:
-        remove_override(model, "_sample_action")
+        for name in methods:
+            remove_override(model, name)
     buffer = model.replay_buffer
     return {"steps": recorder.steps, "locals": recorder.locals_seen,
             "buffer": {k: getattr(buffer, k)[: buffer.pos].copy() for k in
-                       ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")},
+                       ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+                       if getattr(buffer, k, None) is not None},
             "parameters": dict(model.policy.state_dict()), "episodes": _without_clock(list(model.ep_info_buffer)),
             "num_timesteps": model.num_timesteps, "episode_num": model._episode_num,
             "logged": _without_clock(dict(model.logger.name_to_value)),
@@ -94,8 +106,62 @@ def _learn(algo: str, lean: bool, steps: int, n_envs: int = 1, device: str = "cp
 def test_lean_collection_is_sb3s_collection_step_by_step(algo, steps, n_envs):
     stock, lean = _learn(algo, False, steps, n_envs), _learn(algo, True, steps, n_envs)
     assert len(stock["steps"]) == len(lean["steps"]) == steps // n_envs
-    assert SB3_LOCALS <= lean["locals"] and stock["locals"] <= lean["locals"] | {"done", "idx"}
+    assert stock["locals"] == lean["locals"] and SB3_LOCALS <= lean["locals"]
     assert differences(stock, lean) == []
+
+
+def _stop_at(n_calls: int):
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class StopAt(BaseCallback):
+        def _on_step(self) -> bool:
+            return self.n_calls < n_calls
+
+    return lambda: StopAt()
+
+
+@pytest.mark.parametrize(("algo", "steps", "n_envs", "overrides"), [
+    ("DQN", 1_500, 2, dict(tau=0.3, target_update_interval=7)),  # a Polyak update that blends
+    ("DQN", 1_500, 1, dict(optimize_memory_usage=True, replay_buffer_kwargs=dict(handle_timeout_termination=False))),
+    ("DQN", 1_500, 1, dict(n_steps=3)),  # SB3's NStepReplayBuffer
+    ("DQN", 1_500, 1, dict(train_freq=(2, "episode"), log_interval=1)),  # episodic rollouts, logs every episode
+    ("DQN", 1_500, 1, dict(replay_buffer_class="tiered")),
+    ("SAC", 500, 2, dict(train_freq=(3, "step"))),
+])
+def test_lean_collection_keeps_sb3s_buffers_cadence_and_target_updates(algo, steps, n_envs, overrides):
+    if overrides.get("replay_buffer_class") == "tiered":
+        from rlaccel_sb3 import TieredReplayBuffer
+
+        overrides.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset="classic_control"))
+    stock, lean = _learn(algo, False, steps, n_envs, **overrides), _learn(algo, True, steps, n_envs, **overrides)
+    assert len(stock["steps"]) == len(lean["steps"]) >= steps // n_envs
+    assert differences(stock, lean) == []
+
+
+def test_lean_collection_stops_where_a_callback_stops_it():
+    stock = _learn("DQN", False, 2_000, callback=_stop_at(777))
+    lean = _learn("DQN", True, 2_000, callback=_stop_at(777))
+    assert len(stock["steps"]) == len(lean["steps"]) == 777 and differences(stock, lean) == []
+
+
+def test_lean_collection_with_vecnormalize_stores_sb3s_original_observations():
+    """VecNormalize: SB3's own _store_transition (the original observations), the rest lean."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    def learn(lean: bool) -> dict:
+        from rlaccel_sb3.overrides import override_method
+        from rlaccel_sb3.rollouts import lean_off_policy_methods
+
+        model = _model("SAC")
+        model.set_env(VecNormalize(model.get_env(), gamma=model.gamma))
+        for name, method in (lean_off_policy_methods(model) if lean else {}).items():
+            override_method(model, name, method)
+        recorder = _recorder()
+        model.learn(500, callback=recorder)
+        return {"steps": recorder.steps, "buffer": model.replay_buffer.observations[:500].copy(),
+                "parameters": dict(model.policy.state_dict()), "rng": np.random.get_state()[1].copy()}
+
+    assert differences(learn(False), learn(True)) == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")
@@ -218,3 +284,28 @@ def test_lean_on_policy_collection_is_sb3s_step_by_step(algo, env_id):
     stock, lean = _on_policy_learn(algo, False, 2_048, env_id), _on_policy_learn(algo, True, 2_048, env_id)
     assert len(stock["steps"]) == len(lean["steps"]) >= 2_048 // 8
     assert differences(stock, lean) == []
+
+
+def test_a_changed_transition_or_target_update_breaks_the_equivalence(monkeypatch):
+    """The test sees a stored terminal observation left unreplaced, and a target update that copies
+    instead of blending: lean pieces that did either would fail."""
+    from rlaccel_sb3 import rollouts
+
+    original_store, original_on_step = rollouts._lean_store_transition, rollouts._lean_target_update_on_step
+
+    def without_terminal_observations(model):
+        store = original_store(model)
+        return lambda buffer, action, new_obs, reward, dones, infos: store(
+            buffer, action, new_obs, reward, dones, [{k: v for k, v in i.items() if k != "terminal_observation"}
+                                                     for i in infos])
+
+    monkeypatch.setattr(rollouts, "_lean_store_transition", without_terminal_observations)
+    assert differences(_learn("DQN", False, 800), _learn("DQN", True, 800))
+    monkeypatch.setattr(rollouts, "_lean_store_transition", original_store)
+
+    def copying_target_update(model):
+        model.tau = 1.0  # what the lean update reads; SB3's reads 0.3
+        return original_on_step(model)
+
+    monkeypatch.setattr(rollouts, "_lean_target_update_on_step", copying_target_update)
+    assert differences(_learn("DQN", False, 800, tau=0.3), _learn("DQN", True, 800, tau=0.3))

@@ -160,39 +160,43 @@ class SparseDenseCallback(BaseCallback):
         train.graphs = getattr(fused, "graphs", None)
         override_train(model, train)
 
-    def _lean_collection(self):
-        """The lean ``_sample_action`` (off-policy) or policy ``forward`` (on-policy) to run instead of
-        SB3's (None here: see :class:`AccelerateCallback`)."""
-        return
+    def _lean_collection(self) -> dict:
+        """The lean methods to run instead of SB3's during collection, by name: off-policy the model's
+        ``_sample_action`` (and ``collect_rollouts``, ``_store_transition``, ``_on_step``), on-policy the
+        policy's ``forward`` (empty here: see :class:`AccelerateCallback`)."""
+        return {}
 
-    def _collection_seam(self) -> tuple[object, str]:
-        """Where lean collection goes: the model's ``_sample_action`` (off-policy ``collect_rollouts``
-        calls it per vector step) or the policy's ``forward`` (on-policy ``collect_rollouts`` calls it)."""
+    def _collection_owner(self) -> object:
+        """Whose methods lean collection replaces: the model's (off-policy ``collect_rollouts`` and what it
+        calls) or the policy's (on-policy ``collect_rollouts`` calls ``policy(obs)``)."""
         from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
-        model = self.model
-        return (model, "_sample_action") if isinstance(model, OffPolicyAlgorithm) else (model.policy, "forward")
+        return self.model if isinstance(self.model, OffPolicyAlgorithm) else self.model.policy
 
     def _install_collection(self) -> None:
-        owner, name = self._collection_seam()
-        if name in owner.__dict__:
-            return  # the user's own override stays as it is
+        owner = self._collection_owner()
         lean = self._lean_collection()
-        if lean is None:
-            return
-        lean._rlaccel_collection = True
-        if name == "forward":
-            override_policy_forward(owner, lean)
-        else:
-            override_method(owner, name, lean)
+        if any(name in owner.__dict__ for name in lean):
+            return  # the user's own override stays as it is, and SB3's loop around it
+        for name, method in lean.items():
+            method._rlaccel_collection = True
+            if name == "forward":
+                override_policy_forward(owner, method)
+            else:
+                override_method(owner, name, method)
+
+    def _installed_collection(self) -> dict:
+        """The lean methods installed now, by name."""
+        if getattr(self, "model", None) is None:
+            return {}
+        owner = self._collection_owner()
+        return {name: method for name, method in owner.__dict__.items()
+                if getattr(method, "_rlaccel_collection", False)}
 
     @property
     def lean_collection(self) -> bool:
         """Whether the model's collection runs lean in this ``learn()``."""
-        if getattr(self, "model", None) is None:
-            return False
-        owner, name = self._collection_seam()
-        return getattr(owner.__dict__.get(name), "_rlaccel_collection", False)
+        return bool(self._installed_collection())
 
     @property
     def fused(self) -> bool:
@@ -229,12 +233,11 @@ class SparseDenseCallback(BaseCallback):
         model = getattr(self, "model", None)  # unset until the callback is first initialised
         if model is not None and getattr(model.__dict__.get("train"), "_rlaccel_train", False):
             remove_train_override(model)  # back to the class's own train()
-        if self.lean_collection:
-            owner, name = self._collection_seam()
+        for name in self._installed_collection():
             if name == "forward":
-                remove_policy_forward(owner)
+                remove_policy_forward(self._collection_owner())
             else:
-                remove_override(owner, name)
+                remove_override(model, name)
 
 
 class AccelerateCallback(SparseDenseCallback):
@@ -265,15 +268,18 @@ class AccelerateCallback(SparseDenseCallback):
         if overrides:
             self.config = load_config(self.config, **overrides)
 
-    def _lean_collection(self):
+    def _lean_collection(self) -> dict:
         from rlaccel_plugins.fused.selection import select_fused
-        from rlaccel_sb3.collection import SUPPORTED, lean_policy_forward_for, lean_sample_action_for
+        from rlaccel_sb3.collection import SUPPORTED, lean_policy_forward_for
+        from rlaccel_sb3.rollouts import lean_off_policy_methods
 
-        on_policy = self._collection_seam()[1] == "forward"
-        lean = lean_policy_forward_for(self.model) if on_policy else lean_sample_action_for(self.model)
-        return select_fused(self.config.training.fused_collection, lean,
+        # off-policy, the lean action decides (the rest of the loop follows it where SB3's own runs)
+        on_policy = self._collection_owner() is not self.model
+        methods = {"forward": lean_policy_forward_for(self.model)} if on_policy else lean_off_policy_methods(self.model)
+        lean = select_fused(self.config.training.fused_collection, methods.get("forward" if on_policy else "_sample_action"),
                             algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED,
                             key="fused_collection", what="collection")
+        return methods if lean is not None else {}
 
     def _fused_train(self):
         from rlaccel_plugins.fused.selection import select_fused

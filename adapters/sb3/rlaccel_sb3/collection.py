@@ -99,6 +99,9 @@ def _policy_predict(model, epsilon_greedy: bool) -> Callable[[np.ndarray], np.nd
     # than no_grad here, the same kernels); actors keep distribution tensors that training reuses
     no_grad = torch.inference_mode if epsilon_greedy else torch.no_grad
     greedy = _flat_greedy(policy) if plain_box else None
+    # BasePolicy.device lists every parameter to return the first one's device (~8 µs a step); the first
+    # parameter itself follows the policy to any device (Module.to moves its data in place)
+    first_parameter = next(policy.parameters(), None)
 
     def predict(observation) -> np.ndarray:
         if epsilon_greedy and np.random.rand() < model.exploration_rate:  # DQN.predict's exploration
@@ -113,7 +116,8 @@ def _policy_predict(model, epsilon_greedy: bool) -> Callable[[np.ndarray], np.nd
             policy.set_training_mode(False)
         if plain_box and type(observation) is np.ndarray and observation.ndim == len(space.shape) + 1 \
                 and observation.shape[1:] == space.shape:
-            obs_tensor, vectorized = torch.as_tensor(observation, device=policy.device), True
+            device = policy.device if first_parameter is None else first_parameter.device
+            obs_tensor, vectorized = torch.as_tensor(observation, device=device), True
         else:
             obs_tensor, vectorized = policy.obs_to_tensor(observation)
         with no_grad():

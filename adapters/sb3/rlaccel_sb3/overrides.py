@@ -1,4 +1,5 @@
-"""Replace an SB3 model's methods (``train``, ``_sample_action``) for the length of a ``learn()``,
+"""Replace an SB3 model's methods (``train``, and collection's ``_sample_action``, ``collect_rollouts``,
+``_store_transition``, ``_on_step``) for the length of a ``learn()``,
 invisibly to ``model.save()``.
 
 SB3 saves a model's ``__dict__`` minus ``_excluded_save_params()``: an instance attribute ``train``
@@ -12,12 +13,12 @@ from __future__ import annotations
 import types
 from collections.abc import Callable
 
-OVERRIDABLE = ("train", "_sample_action")
+OVERRIDABLE = ("train", "_sample_action", "collect_rollouts", "_store_transition", "_on_step")
 EXCLUDER = "_excluded_save_params"
 
 
 def override_method(model, name: str, method: Callable) -> None:
-    """Make ``method`` the model's ``name`` (SB3's loops call ``self.train``, ``self._sample_action``)."""
+    """Make ``method`` the model's ``name`` (SB3's loops call ``self.train``, ``self._sample_action``, ...)."""
     if name not in OVERRIDABLE:
         raise ValueError(f"name must be one of {OVERRIDABLE}, got name={name!r}")
     model.__dict__[name] = method
@@ -31,7 +32,7 @@ def remove_override(model, name: str) -> None:
     if release is not None:
         release()
     model.__dict__.pop(name, None)
-    if not any(n in model.__dict__ for n in OVERRIDABLE):
+    if not any(n in model.__dict__ for n in OVERRIDABLE):  # the last one gone
         model.__dict__.pop(EXCLUDER, None)
 
 
