@@ -292,7 +292,7 @@ def ppo_rows(rounds: int) -> None:
             times[key].append(ppo_rollout_us(20, lean))
         times["floor"].append(ppo_floor_us(20))
     us = {k: statistics.median(v) for k, v in times.items()}
-    print(f"  {'PPO, 8 gymnasium':<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} "
+    print(f"  {'PPO, 8 gymnasium':<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} {'':>7} "
           f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
 
 
@@ -353,7 +353,7 @@ def tianshou_rows(rounds: int) -> None:
             times[key].append(tianshou_collect_us(lean, 5_000))
         times["floor"].append(tianshou_floor_us(5_000))
     us = {k: statistics.median(v) for k, v in times.items()}
-    print(f"  {'Tianshou, 10 envs':<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} "
+    print(f"  {'Tianshou, 10 envs':<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} {'':>7} "
           f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
 
 
