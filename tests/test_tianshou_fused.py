@@ -348,3 +348,76 @@ def test_a_wrapper_with_a_fused_update_pickles_and_keeps_it():
     for wrapper in (SparseDenseWrapper(_actor_critic("SAC"), preset="classic_control"),
                     SparseDenseOnPolicyWrapper(_ppo(False), preset="classic_control")):
         assert wrapper.fused and pickle.loads(pickle.dumps(wrapper)).fused
+
+
+def _networks():
+    """Tianshou's networks as the examples build them (DQN's Net, a 2-atom Net with softmax, SAC's and
+    TD3's actors and critic)."""
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import (
+        ContinuousActorDeterministic,
+        ContinuousActorProbabilistic,
+        ContinuousCritic,
+    )
+
+    torch.manual_seed(5)
+    obs = torch.randn(16, 3)
+    act = torch.randn(16, 1)
+    return [
+        (Net(state_shape=3, action_shape=2, hidden_sizes=[32, 32]), (obs,)),
+        (Net(state_shape=3, action_shape=2, hidden_sizes=[8], num_atoms=4, softmax=True), (obs,)),
+        (ContinuousCritic(preprocess_net=Net(state_shape=3, action_shape=1, hidden_sizes=[32, 32], concat=True)),
+         (obs, act)),
+        (ContinuousCritic(preprocess_net=Net(state_shape=3, hidden_sizes=[16]), hidden_sizes=[8],
+                          apply_preprocess_net_to_obs_only=True), (obs,)),  # its last MLP reads obs only
+        (ContinuousActorDeterministic(preprocess_net=Net(state_shape=3, hidden_sizes=[32]), action_shape=1,
+                                      max_action=2.0), (obs,)),
+        (ContinuousActorProbabilistic(preprocess_net=Net(state_shape=3, hidden_sizes=[32]), action_shape=1,
+                                      max_action=2.0), (obs,)),
+        (ContinuousActorProbabilistic(preprocess_net=Net(state_shape=3, hidden_sizes=[32]), action_shape=1,
+                                      unbounded=True, conditioned_sigma=True), (obs,)),
+    ]
+
+
+def _outputs_and_gradients(network, forward, inputs):
+    network.zero_grad()
+    out = forward(*inputs)
+    tensors = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    sum(t.sum() for t in tensors).backward()
+    return [t.detach().clone() for t in tensors] + [p.grad.clone() for p in network.parameters()]
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_flat_forwards_are_the_networks_own_ops(index):
+    """Tianshou's networks called without their module calls: the same outputs and gradients, bit for
+    bit; the module itself wherever a hook must run or a layer is not a plain Linear/ReLU/Tanh."""
+    from rlaccel_tianshou.fused import _forward
+
+    network, inputs = _networks()[index]
+    flat = _forward(network)
+    assert flat is not network
+    own, lean = _outputs_and_gradients(network, network, inputs), _outputs_and_gradients(network, flat, inputs)
+    assert all(torch.equal(a, b) for a, b in zip(own, lean, strict=True))
+    handle = network.register_forward_hook(lambda *args: None)
+    assert _forward(network) is network
+    handle.remove()
+    leaf = next(m for m in network.modules() if isinstance(m, torch.nn.Linear))
+    leaf.register_forward_pre_hook(lambda *args: None)
+    assert _forward(network) is network
+
+
+def test_networks_with_other_layers_keep_their_own_forward():
+    from rlaccel_tianshou.fused import _forward
+    from tianshou.utils.net.common import Net
+
+    normed = Net(state_shape=3, action_shape=2, hidden_sizes=[8], norm_layer=torch.nn.LayerNorm)
+    dueling = Net(state_shape=3, action_shape=2, hidden_sizes=[8], dueling_param=({"hidden_sizes": [4]},) * 2)
+    assert _forward(normed) is normed and _forward(dueling) is dueling
+
+
+def test_a_changed_layer_in_the_flat_forward_breaks_the_equivalence(monkeypatch):
+    from rlaccel_plugins.fused import flat
+
+    monkeypatch.setitem(flat.LAYERS, torch.nn.ReLU, lambda m, x: torch.nn.functional.leaky_relu(x, 1e-3))
+    stock, fused = _stock_and_fused(_algorithm(), "vector")
+    assert differences(stock, fused)

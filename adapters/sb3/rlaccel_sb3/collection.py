@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from rlaccel_plugins.fused.flat import flat_layers
+
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # PPO/A2C: MLP policy, no gSDE
 
 
@@ -135,38 +137,6 @@ def _policy_predict(model, epsilon_greedy: bool) -> Callable[[np.ndarray], np.nd
     return predict
 
 
-FLAT = {torch.nn.Linear: lambda m, x: torch.nn.functional.linear(x, m.weight, m.bias),
-        torch.nn.ReLU: lambda m, x: torch.relu(x), torch.nn.Tanh: lambda m, x: torch.tanh(x)}
-
-
-def _flat(modules: list, *sequences) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """The layers of ``sequences`` (``Sequential`` of Linear/ReLU/Tanh, or one Linear) as one function of
-    the same tensor ops without module calls; None where a layer is anything else or any of
-    ``modules`` (and the layers) has a forward hook, or a global one is set."""
-    from torch.nn.modules import module as torch_module
-
-    layers = []
-    for seq in sequences:
-        if type(seq) is torch.nn.Sequential:
-            layers += list(seq)
-        elif type(seq) in FLAT:
-            layers.append(seq)
-        else:
-            return None
-    if any(type(m) not in FLAT for m in layers) or any(
-            m._forward_hooks or m._forward_pre_hooks for m in [*modules, *sequences, *layers]) or any(
-            (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks)):
-        return None
-    steps = [(FLAT[type(m)], m) for m in layers]
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        for function, module in steps:
-            x = function(module, x)
-        return x
-
-    return forward
-
-
 def _flat_greedy(policy) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """SB3's DQN ``q_net._predict`` on a plain-Box observation — ``preprocess_obs`` (``.float()``),
     ``Flatten``, the ``Sequential`` MLP, ``argmax`` — as the same tensor ops without the nine module calls
@@ -179,7 +149,7 @@ def _flat_greedy(policy) -> Callable[[torch.Tensor], torch.Tensor] | None:
             or type(q_net.features_extractor) is not FlattenExtractor or len(policy.observation_space.shape) != 1:
         return None
     extractor = q_net.features_extractor
-    mlp = _flat([policy, q_net, extractor, extractor.flatten], q_net.q_net)
+    mlp = flat_layers([policy, q_net, extractor, extractor.flatten], q_net.q_net)
     if mlp is None:
         return None
 
@@ -214,7 +184,7 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
         return None
     extractor, mlp = policy.features_extractor, policy.mlp_extractor
     hooked = [policy, extractor, extractor.flatten, mlp]
-    actor, critic = _flat(hooked, mlp.policy_net, policy.action_net), _flat(hooked, mlp.value_net, policy.value_net)
+    actor, critic = flat_layers(hooked, mlp.policy_net, policy.action_net), flat_layers(hooked, mlp.value_net, policy.value_net)
     if actor is None or critic is None:
         return None
     action_shape = (-1, *model.action_space.shape)

@@ -9,8 +9,11 @@ the loss needs, computes the end flags only at the indices the n-step sum visits
 Tianshou's own ``_nstep_return``, converts each input once, runs the network modules directly with
 the random draws (SAC's ``rsample``, TD3's target noise) in Tianshou's order, steps the optimizers
 through Tianshou's own ``Algorithm.Optimizer`` with PyTorch's multi-tensor (``foreach``) Adam, and
-does the Polyak target update in three multi-tensor ops with Tianshou's rounding. Equal to
-Tianshou's update, tested step by step (``tests/test_tianshou_fused.py``).
+does the Polyak target update in three multi-tensor ops with Tianshou's rounding. Tianshou's ``Net``,
+``MLP``, ``ContinuousCritic`` and continuous actors of Linear/ReLU/Tanh layers are called as the same
+tensor ops without their module calls (each ``Net`` call is four modules deep and lists the network's
+parameters to find its device), where no forward hook is registered. Equal to Tianshou's update,
+tested step by step (``tests/test_tianshou_fused.py``).
 
 Fused: ``DQN`` (plain and double, Huber or MSE, any n-step, with or without a target network) and
 ``QRDQN`` on a Tianshou ``Net``; ``DDPG``, ``TD3`` and ``SAC`` (fixed or auto-tuned alpha) with
@@ -31,6 +34,7 @@ import numpy as np
 import torch
 
 from rlaccel_plugins.fused import OptimizerKernels, polyak_update_
+from rlaccel_plugins.fused.flat import flat_layers
 
 SUPPORTED = ("DQN and QRDQN on a Tianshou Net", "DDPG, TD3, SAC and PPO with Tianshou's actors and critics on a Net")
 
@@ -198,8 +202,8 @@ def _dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
     mode_free = _mode_free(model)
 
     def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
-        online, _ = model(obs_next)
-        target_q = _lagged(dqn.model_old, mode_free)(obs_next)[0] if dqn.use_target_network else online
+        online, _ = _forward(model)(obs_next)
+        target_q = _forward(_lagged(dqn.model_old, mode_free))(obs_next)[0] if dqn.use_target_network else online
         if dqn.is_double:
             return target_q[np.arange(len(target_q)), online.argmax(dim=1).cpu().numpy()]
         return target_q.max(dim=1)[0]
@@ -208,7 +212,7 @@ def _dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
     obs, act = buffer.obs[indices], buffer.act[indices]
     with _training(wrapper, dqn, [model], obs, act):
         dqn._periodically_update_lagged_network_weights()
-        q = model(_as_input(dqn, obs))[0]
+        q = _forward(model)(_as_input(dqn, obs))[0]
         q = q[np.arange(len(q)), act]
         returns = returns.flatten().to(q.dtype)
         if dqn.huber_loss_delta is not None:
@@ -228,16 +232,16 @@ def _qrdqn_learn(wrapper, qrdqn, buffer, indices: np.ndarray, weight):
     mode_free = _mode_free(model)
 
     def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
-        online, _ = model(obs_next)
+        online, _ = _forward(model)(obs_next)
         act = online.mean(2).argmax(dim=1).cpu().numpy()
-        next_dist = _lagged(qrdqn.model_old, mode_free)(obs_next)[0] if qrdqn.use_target_network else online
+        next_dist = _forward(_lagged(qrdqn.model_old, mode_free))(obs_next)[0] if qrdqn.use_target_network else online
         return next_dist[np.arange(len(act)), act, :]
 
     returns = _nstep_returns(qrdqn, buffer, indices, qrdqn.n_step, target_q_of)
     obs, act = buffer.obs[indices], buffer.act[indices]
     with _training(wrapper, qrdqn, [model], obs, act):
         qrdqn._periodically_update_lagged_network_weights()
-        curr_dist = model(_as_input(qrdqn, obs))[0]
+        curr_dist = _forward(model)(_as_input(qrdqn, obs))[0]
         curr_dist = curr_dist[np.arange(len(act)), act, :].unsqueeze(2)
         target_dist = returns.unsqueeze(1)
         dist_diff = torch.nn.functional.smooth_l1_loss(target_dist, curr_dist, reduction="none")
@@ -251,7 +255,7 @@ def _qrdqn_learn(wrapper, qrdqn, buffer, indices: np.ndarray, weight):
 # ------------------------------------------------------------------------------ actor-critic family
 def _critic_step(critic, optimizer, obs: torch.Tensor, act: torch.Tensor, returns: torch.Tensor, weight):
     """``_minimize_critic_squared_loss``: one critic's squared TD loss and optimizer step."""
-    td = critic(obs, act).flatten() - returns.flatten()
+    td = _forward(critic)(obs, act).flatten() - returns.flatten()
     loss = (td.pow(2) * weight).mean()
     optimizer.step(loss)
     return loss
@@ -272,14 +276,14 @@ def _ddpg_learn(wrapper, ddpg, buffer, indices: np.ndarray, weight):
     mode_free = _mode_free(actor, critic)
 
     def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
-        act_next = _lagged(ddpg.actor_old, mode_free)(obs_next)[0]
-        return _lagged(ddpg.critic_old, mode_free)(obs_next, act_next)
+        act_next = _forward(_lagged(ddpg.actor_old, mode_free))(obs_next)[0]
+        return _forward(_lagged(ddpg.critic_old, mode_free))(obs_next, act_next)
 
     returns = _nstep_returns(ddpg, buffer, indices, ddpg.n_step_return_horizon, target_q_of)
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(ddpg, buffer, indices, weight, returns)
     with _training(wrapper, ddpg, [actor, critic], obs_np, act_np):
         critic_loss = _critic_step(critic, ddpg.critic_optim, obs, act, returns, weights)
-        actor_loss = -critic(obs, actor(obs)[0]).mean()
+        actor_loss = -_forward(critic)(obs, _forward(actor)(obs)[0]).mean()
         ddpg.policy_optim.step(actor_loss)
         _polyak(ddpg)
     return wrapper._stats(DDPGTrainingStats(actor_loss=actor_loss.item(), critic_loss=critic_loss.item()))
@@ -294,13 +298,13 @@ def _td3_learn(wrapper, td3, buffer, indices: np.ndarray, weight):
     mode_free = _mode_free(actor, critic, critic2)
 
     def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
-        act_next = _lagged(td3.actor_old, mode_free)(obs_next)[0]
+        act_next = _forward(_lagged(td3.actor_old, mode_free))(obs_next)[0]
         noise = torch.randn(size=act_next.shape, device=act_next.device) * td3.policy_noise
         if td3.noise_clip > 0.0:
             noise = noise.clamp(-td3.noise_clip, td3.noise_clip)
         act_next += noise
-        return torch.min(_lagged(td3.critic_old, mode_free)(obs_next, act_next),
-                         _lagged(td3.critic2_old, mode_free)(obs_next, act_next))
+        return torch.min(_forward(_lagged(td3.critic_old, mode_free))(obs_next, act_next),
+                         _forward(_lagged(td3.critic2_old, mode_free))(obs_next, act_next))
 
     returns = _nstep_returns(td3, buffer, indices, td3.n_step_return_horizon, target_q_of)
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(td3, buffer, indices, weight, returns)
@@ -308,7 +312,7 @@ def _td3_learn(wrapper, td3, buffer, indices: np.ndarray, weight):
         critic1_loss = _critic_step(critic, td3.critic_optim, obs, act, returns, weights)
         critic2_loss = _critic_step(critic2, td3.critic2_optim, obs, act, returns, weights)
         if td3._cnt % td3.update_actor_freq == 0:
-            actor_loss = -critic(obs, actor(obs)[0]).mean()
+            actor_loss = -_forward(critic)(obs, _forward(actor)(obs)[0]).mean()
             td3._last = actor_loss.item()
             td3.policy_optim.step(actor_loss)
             _polyak(td3)
@@ -328,8 +332,8 @@ def _sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
 
     def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
         act_next, log_prob = _squashed_gaussian(actor, obs_next)
-        return torch.min(_lagged(sac.critic_old, mode_free)(obs_next, act_next),
-                         _lagged(sac.critic2_old, mode_free)(obs_next, act_next)) - alpha * log_prob
+        return torch.min(_forward(_lagged(sac.critic_old, mode_free))(obs_next, act_next),
+                         _forward(_lagged(sac.critic2_old, mode_free))(obs_next, act_next)) - alpha * log_prob
 
     returns = _nstep_returns(sac, buffer, indices, sac.n_step_return_horizon, target_q_of)
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(sac, buffer, indices, weight, returns)
@@ -337,8 +341,8 @@ def _sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
         critic1_loss = _critic_step(critic, sac.critic_optim, obs, act, returns, weights)
         critic2_loss = _critic_step(critic2, sac.critic2_optim, obs, act, returns, weights)
         act_pi, log_prob = _squashed_gaussian(actor, obs)
-        actor_loss = (alpha * log_prob.flatten() - torch.min(critic(obs, act_pi).flatten(),
-                                                             critic2(obs, act_pi).flatten())).mean()
+        actor_loss = (alpha * log_prob.flatten() - torch.min(_forward(critic)(obs, act_pi).flatten(),
+                                                             _forward(critic2)(obs, act_pi).flatten())).mean()
         sac.policy_optim.step(actor_loss)
         alpha_loss = sac.alpha.update(-log_prob.detach())
         _polyak(sac)
@@ -353,7 +357,7 @@ def _squashed_gaussian(actor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     from tianshou.algorithm.modelfree.sac import correct_log_prob_gaussian_tanh
     from torch.distributions import Independent, Normal
 
-    (loc, scale), _ = actor(obs)
+    (loc, scale), _ = _forward(actor)(obs)
     dist = Independent(Normal(loc=loc, scale=scale), 1)
     act = dist.rsample()
     squashed = torch.tanh(act)
@@ -469,6 +473,116 @@ def _policy_dist(policy, obs: torch.Tensor):
     dist = policy.dist_fn(logits)
     dist.sample()
     return dist
+
+
+# ---------------------------------------------------------------------------------- flat forwards
+def _forward(module: torch.nn.Module) -> Callable:
+    """``module``'s forward for the float32 tensors the fused updates pass: the same tensor ops without
+    module calls for Tianshou's networks of Linear/ReLU/Tanh layers (same values, same autograd graph),
+    else the module itself (other layers, or a forward hook registered: autocast's, a user's)."""
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.net.continuous import (
+        ContinuousActorDeterministic,
+        ContinuousActorProbabilistic,
+        ContinuousCritic,
+    )
+
+    build = {Net: _flat_net, ContinuousCritic: _flat_critic, ContinuousActorDeterministic: _flat_deterministic_actor,
+             ContinuousActorProbabilistic: _flat_probabilistic_actor}.get(type(module))
+    flat = build(module) if build is not None else None
+    return flat if flat is not None else module
+
+
+def _flat_mlp(mlp: torch.nn.Module, containers: list[torch.nn.Module]) -> Callable | None:
+    """``MLP.forward`` on a float32 tensor of its device (``torch.as_tensor`` is the identity there)."""
+    from tianshou.utils.net.common import MLP
+
+    if type(mlp) is not MLP:
+        return None
+    layers = flat_layers([*containers, mlp], mlp.model)
+    if layers is None or not mlp.flatten_input:
+        return layers
+    return lambda x: layers(x.flatten(1))
+
+
+def _flat_net(net: torch.nn.Module, containers: tuple = ()) -> Callable | None:
+    """``Net.forward(obs, state)``: its MLP, then the atoms' view and the softmax (not dueling)."""
+    from tianshou.utils.net.common import Net
+
+    if type(net) is not Net or net.use_dueling:
+        return None
+    mlp = _flat_mlp(net.model, [*containers, net])
+    if mlp is None:
+        return None
+    atoms, softmax = net.num_atoms, net.softmax
+
+    def forward(obs: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        logits = mlp(obs)
+        if atoms > 1:
+            logits = logits.view(logits.shape[0], -1, atoms)
+        if softmax:
+            logits = torch.softmax(logits, dim=-1)
+        return logits, state
+
+    return forward
+
+
+def _flat_critic(critic: torch.nn.Module) -> Callable | None:
+    """``ContinuousCritic.forward(obs, act)``."""
+    preprocess, last = _flat_net(critic.preprocess, (critic,)), _flat_mlp(critic.last, [critic])
+    if preprocess is None or last is None:
+        return None
+    obs_only = critic.apply_preprocess_net_to_obs_only
+
+    def forward(obs: torch.Tensor, act: torch.Tensor | None = None) -> torch.Tensor:
+        if obs_only:
+            obs, _ = preprocess(obs)
+        obs = obs.flatten(1)
+        if act is not None:
+            obs = torch.cat([obs, act.flatten(1)], dim=1)
+        if not obs_only:
+            obs, _ = preprocess(obs)
+        return last(obs)
+
+    return forward
+
+
+def _flat_deterministic_actor(actor: torch.nn.Module) -> Callable | None:
+    """``ContinuousActorDeterministic.forward(obs)``: ``max_action * tanh(last(preprocess(obs)))``."""
+    preprocess, last = _flat_net(actor.preprocess, (actor,)), _flat_mlp(actor.last, [actor])
+    if preprocess is None or last is None:
+        return None
+
+    def forward(obs: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        action, hidden = preprocess(obs, state)
+        return actor.max_action * torch.tanh(last(action)), hidden
+
+    return forward
+
+
+def _flat_probabilistic_actor(actor: torch.nn.Module) -> Callable | None:
+    """``ContinuousActorProbabilistic.forward(obs)``: the Gaussian's ``(mu, sigma)``."""
+    from tianshou.utils.net.continuous import SIGMA_MAX, SIGMA_MIN
+
+    preprocess, mu_net = _flat_net(actor.preprocess, (actor,)), _flat_mlp(actor.mu, [actor])
+    sigma_net = _flat_mlp(actor.sigma, [actor]) if actor._c_sigma else None
+    if preprocess is None or mu_net is None or (actor._c_sigma and sigma_net is None):
+        return None
+
+    def forward(obs: torch.Tensor, state: Any = None) -> tuple[tuple[torch.Tensor, torch.Tensor], Any]:
+        logits, _ = preprocess(obs, state)
+        mu = mu_net(logits)
+        if not actor._unbounded:
+            mu = actor.max_action * torch.tanh(mu)
+        if sigma_net is not None:
+            sigma = torch.clamp(sigma_net(logits), min=SIGMA_MIN, max=SIGMA_MAX).exp()
+        else:
+            shape = [1] * len(mu.shape)
+            shape[1] = -1
+            sigma = (actor.sigma_param.view(shape) + torch.zeros_like(mu)).exp()
+        return (mu, sigma), state
+
+    return forward
 
 
 MODE_FREE = (torch.nn.Linear, torch.nn.Sequential, torch.nn.ModuleList, torch.nn.Identity, torch.nn.Flatten,

@@ -1,0 +1,59 @@
+"""A stack of layers as one function of the same tensor ops, without the module calls.
+
+Calling a ``torch.nn.Module`` costs a few µs of Python (hook checks, ``__call__`` dispatch) on top of its
+arithmetic; a framework's network is often four modules deep around three ``Linear`` layers, so for
+the small MLPs of RL the calls cost more than the math. :func:`flat_layers` gives the same ops
+(``F.linear``, ``torch.relu``, ``torch.tanh`` on the same parameters: the same values and the same
+autograd graph, so the same gradients) as a plain function — only where no forward hook is registered
+on any of the modules involved (hooks run nowhere else), and only for layers it knows.
+
+Examples:
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    >>> forward = flat_layers([net], net)
+    >>> x = torch.randn(3, 4)
+    >>> torch.equal(forward(x), net(x))
+    True
+    >>> handle = net.register_forward_hook(lambda *args: None)
+    >>> flat_layers([net], net) is None  # a hook must run: the module's own call then
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn.modules import module as torch_module
+
+LAYERS: dict[type, Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]] = {
+    torch.nn.Linear: lambda m, x: torch.nn.functional.linear(x, m.weight, m.bias),
+    torch.nn.ReLU: lambda m, x: torch.relu(x),
+    torch.nn.Tanh: lambda m, x: torch.tanh(x),
+}
+
+
+def flat_layers(modules: list[torch.nn.Module], *sequences: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The layers of ``sequences`` (each a ``Sequential`` of Linear/ReLU/Tanh, or one such layer), in
+    order, as one function; None where a layer is anything else or any of ``modules`` (the containers
+    around them), the sequences or the layers has a forward hook, or a global one is set."""
+    layers = []
+    for sequence in sequences:
+        if type(sequence) is torch.nn.Sequential:
+            layers += list(sequence)
+        elif type(sequence) in LAYERS:
+            layers.append(sequence)
+        else:
+            return None
+    if any(type(m) not in LAYERS for m in layers) or any(
+            m._forward_hooks or m._forward_pre_hooks for m in [*modules, *sequences, *layers]) or any(
+            (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks)):
+        return None
+    steps = [(LAYERS[type(m)], m) for m in layers]
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        for function, module in steps:
+            x = function(module, x)
+        return x
+
+    return forward
