@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -148,7 +149,9 @@ def _nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
         target_q = target_q_of(_as_input(algorithm, _obs_next(buffer, after_n)))
     target_q_np = target_q.reshape(len(indices), -1).cpu().numpy()
     target_q_np *= Algorithm.value_mask(buffer, after_n).reshape(-1, 1)
-    end_flags = buffer.done[stacked] | np.isin(stacked, buffer.unfinished_index())  # buffer.done.copy(), only here
+    unfinished = np.zeros(len(buffer.done), dtype=bool)  # np.isin(stacked, unfinished_index()), as a lookup
+    unfinished[buffer.unfinished_index()] = True
+    end_flags = buffer.done[stacked] | unfinished[stacked]  # buffer.done.copy(), only here
     positions = np.arange(stacked.size).reshape(stacked.shape)
     returns = _nstep_return(buffer.rew[stacked].reshape(-1), end_flags.reshape(-1), target_q_np, positions,
                             algorithm.gamma, n_step)
@@ -158,7 +161,19 @@ def _nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
 def _as_input(algorithm, array: np.ndarray) -> torch.Tensor:
     """What Tianshou's networks turn an observation or action array into (``torch.as_tensor(x, device,
     float32)``), done once instead of once per network call."""
-    return torch.as_tensor(array, device=next(algorithm.parameters()).device, dtype=torch.float32)
+    return torch.as_tensor(array, device=first_parameter(algorithm).device, dtype=torch.float32)
+
+
+_FIRST_PARAMETERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def first_parameter(module: torch.nn.Module) -> torch.Tensor:
+    """``next(module.parameters())``, found once (listing the parameters walks every submodule, ~30 µs
+    for an algorithm); the parameter follows the module to any device (``Module.to`` moves its data)."""
+    parameter = _FIRST_PARAMETERS.get(module)
+    if parameter is None:
+        parameter = _FIRST_PARAMETERS[module] = next(module.parameters())
+    return parameter
 
 
 def _weights(weight: np.ndarray | None, like: torch.Tensor) -> torch.Tensor | float:

@@ -89,7 +89,9 @@ class _SparseDenseMixin:
 
     def _autocast(self):
         """The update path under ``precision.dtype`` (autocast, with loss scaling for fp16; fp32: nothing)."""
-        device = next(self.wrapped_algorithm.parameters()).device
+        from rlaccel_tianshou.fused import first_parameter
+
+        device = first_parameter(self.wrapped_algorithm).device
         trained = [optimizer._module for optimizer in self.wrapped_algorithm._optimizers]
         return update_autocast(self.rlaccel_config.precision.dtype, str(device), self.guard, fp32_outputs_of=trained)
 
