@@ -5,12 +5,14 @@ model and buffer contents (CartPole transitions; the net sizes are what the step
 
 - **stock**: the algorithm's own ``model.train(gradient_steps, batch_size)``;
 - **fused**: ``rlaccel_sb3.fused.fused_train_for(model)`` — what ``AccelerateCallback`` installs;
-- **floor** (DQN, QR-DQN, SAC, TD3; not PPO): a minimal hand-written step of the same math, no
-  framework and no buffer: indices from ``torch.randint`` into preloaded tensors, target forward under
-  ``no_grad``, online forward, the loss, backward, (DQN: ``clip_grad_norm_(foreach=True)``),
-  ``Adam(fused=True)``, Polyak updates with ``torch._foreach_lerp_`` (SAC: entropy tuning, twin
-  critics; TD3: target noise, the delayed actor step). It says what this machine allows; stock/floor
-  says what there was to win.
+- **floor**: a minimal hand-written step of the same math, no framework and no buffer: indices from
+  ``torch.randint`` into preloaded tensors, target forward under ``no_grad``, online forward, the loss,
+  backward, (DQN: ``clip_grad_norm_(foreach=True)``), ``Adam(fused=True)``, Polyak updates with
+  ``torch._foreach_lerp_`` (SAC: entropy tuning, twin critics; TD3: target noise, the delayed actor
+  step); PPO: one minibatch of the rollout (a permutation per epoch), the actor's and critic's MLPs,
+  log-softmax log-probabilities and entropy, normalised advantages, the clipped surrogate, value and
+  entropy losses, backward, ``clip_grad_norm_`` and ``Adam(fused=True)``. It says what this machine
+  allows; stock/floor says what there was to win.
 
 Tianshou: DQN as its CartPole example builds it (``ts-dqn`` rows): ``algorithm.update(buffer, batch)``
 of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, and a hand-written double
@@ -51,10 +53,10 @@ def build(algo: str, hidden: tuple[int, ...], device: str = "cpu"):
     return model
 
 
-def _mlp(inputs: int, hidden: tuple[int, ...], outputs: int) -> torch.nn.Sequential:
+def _mlp(inputs: int, hidden: tuple[int, ...], outputs: int, activation=torch.nn.ReLU) -> torch.nn.Sequential:
     layers, width = [], inputs
     for h in hidden:
-        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        layers += [torch.nn.Linear(width, h), activation()]
         width = h
     return torch.nn.Sequential(*layers, torch.nn.Linear(width, outputs))
 
@@ -228,7 +230,7 @@ def main() -> None:
 def ppo_rows(rounds: int) -> None:
     """SB3 PPO with RL Zoo's CartPole settings (8 envs x 32 steps, batch 256, 20 epochs: 20 minibatch
     steps per ``train()``), and the same with a 256-256 net at batch 64 (80 steps): ``train()`` on one
-    collected rollout, SB3's own against the fused one; ms per minibatch step (no floor written)."""
+    collected rollout, SB3's own against the fused one and :func:`ppo_floor`; ms per minibatch step."""
     from rlaccel_sb3.fused import fused_train_for
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
@@ -244,16 +246,44 @@ def ppo_rows(rounds: int) -> None:
             models.append(model)
         steps = 20 * (256 // batch)
         trains = {"stock": models[0].train, "fused": fused_train_for(models[1])}
-        times = {"stock": [], "fused": []}
+        times = {"stock": [], "fused": [], "floor": []}
         for r in range(rounds):
             order = list(trains.items())
             for name, train in order if r % 2 == 0 else order[::-1]:
                 t = time.perf_counter()
                 train()
                 times[name].append(time.perf_counter() - t)
-        ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
-        print(f"{'ppo':<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
-              f"{'nan':>7} {ms['fused'] / ms['stock']:>10.2f}x {'nan':>10}x {'nan':>10}x")
+            times["floor"].append(ppo_floor(hidden, batch, epochs=20, transitions=256))
+        print_row("ppo", hidden, batch, {k: 1e3 * statistics.median(v) / steps for k, v in times.items()})
+
+
+def ppo_floor(hidden: tuple[int, ...], batch: int, epochs: int, transitions: int) -> float:
+    """SB3 PPO's minibatch step by hand (CartPole: 4 observations, 2 actions; SB3's default Tanh MLPs for
+    the actor and the critic, clip 0.2, value coefficient 0.5, entropy coefficient 0, gradient norm 0.5):
+    seconds for ``epochs`` passes over ``transitions`` in minibatches of ``batch``."""
+    torch.manual_seed(0)
+    actor, critic = _mlp(4, hidden, 2, torch.nn.Tanh), _mlp(4, hidden, 1, torch.nn.Tanh)
+    params = [*actor.parameters(), *critic.parameters()]
+    optimizer = torch.optim.Adam(params, lr=1e-3, eps=1e-5, fused=True)
+    obs, act = torch.randn(transitions, 4), torch.randint(0, 2, (transitions,))
+    old_log_prob, advantages, returns = -torch.rand(transitions), torch.randn(transitions), torch.randn(transitions)
+    start = time.perf_counter()
+    for _ in range(epochs):
+        for idx in torch.randperm(transitions).split(batch):
+            log_probs = torch.log_softmax(actor(obs[idx]), dim=1)
+            log_prob = log_probs.gather(1, act[idx].unsqueeze(1)).squeeze(1)
+            entropy = -(log_probs.exp() * log_probs).sum(dim=1)
+            adv = advantages[idx]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            ratio = torch.exp(log_prob - old_log_prob[idx])
+            policy_loss = -torch.min(adv * ratio, adv * torch.clamp(ratio, 0.8, 1.2)).mean()
+            value_loss = F.mse_loss(returns[idx], critic(obs[idx]).squeeze(1))
+            loss = policy_loss + 0.0 * -entropy.mean() + 0.5 * value_loss
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=True)
+            optimizer.step()
+    return time.perf_counter() - start
 
 
 def print_row(label: str, hidden: tuple[int, ...], batch: int, ms: dict[str, float]) -> None:
