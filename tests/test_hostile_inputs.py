@@ -145,3 +145,37 @@ def test_a_bug_keeps_its_traceback_and_a_missing_extra_names_it(monkeypatch, cap
     monkeypatch.setattr(training, "run_training", needs_envpool)
     assert main(["train", "--no-progress"]) == 2
     assert 'pip install "rlaccel-plugins[envpool]"' in capsys.readouterr().err
+
+
+_values = st.sampled_from([0.0, 1.5, -2.0, np.nan, np.inf, -np.inf, 3e38])
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.lists(_values, min_size=8, max_size=8), _values, st.booleans(), st.booleans(),
+                                st.sampled_from(["bool", "float32", "float64"])), min_size=1, max_size=12))
+def test_the_sb3_buffers_fast_add_stores_and_refuses_exactly_what_the_general_add_does(steps):
+    """A VecEnv's arrays (the stored dtypes) take the tiered buffer's one-pass add; anything it is unsure
+    of goes the general way. Both must store the same rows and refuse the same inputs (NaN/Inf)."""
+    import gymnasium as gym
+    from rlaccel_sb3 import TieredReplayBuffer
+
+    space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    fast, general = (TieredReplayBuffer(64, space, gym.spaces.Discrete(3), n_envs=2, preset="classic_control",
+                                        seed=0) for _ in range(2))
+    general._add_as_stored = lambda *args: False
+    for values, reward, done, truncated, done_dtype in steps:
+        obs = np.array(values[:4], np.float32).reshape(2, 2)
+        next_obs = np.array(values[4:], np.float32).reshape(2, 2)
+        args = (obs, next_obs, np.array([1, 2]), np.array([reward, 0.0], np.float32),
+                np.array([done, False], dtype=done_dtype), [{"TimeLimit.truncated": truncated}, {}])
+        outcomes = []
+        for buffer in (fast, general):
+            try:
+                buffer.add(*args)
+                outcomes.append("stored")
+            except ConfigError as error:
+                outcomes.append(str(error))
+        assert outcomes[0] == outcomes[1]
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        assert np.array_equal(getattr(fast, name), getattr(general, name), equal_nan=True), name
+    assert (fast.pos, fast.full) == (general.pos, general.full)

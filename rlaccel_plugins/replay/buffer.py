@@ -161,6 +161,11 @@ class TieredReplay:
         self._refuse_nonfinite(fields, finite)
         self._write(dict(fields))
 
+    def write_rows(self, fields: dict[str, np.ndarray]) -> None:
+        """Only the write of :meth:`add_rows`: for a caller that has given every field exactly as
+        :attr:`row_specs` says and refused NaN/Inf itself (an adapter's fast path for the common case)."""
+        self._write(fields)
+
     def _write(self, values: dict[str, np.ndarray]) -> None:
         row = self.pos
         if self.frames is not None:

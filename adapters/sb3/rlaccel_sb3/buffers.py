@@ -17,6 +17,7 @@ model gives a reproducible run and every other random draw of the run is unchang
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from typing import Any
@@ -148,6 +149,8 @@ class TieredBufferMixin:
     # ------------------------------------------------------------------ writing
     def add(self, obs, next_obs, action: np.ndarray, reward: np.ndarray, done: np.ndarray,
             infos: list[dict[str, Any]]) -> None:
+        if self._add_as_stored(obs, next_obs, action, reward, done, infos):
+            return
         if self.handle_timeout_termination:
             timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
         else:
@@ -168,6 +171,41 @@ class TieredBufferMixin:
         finite = ("timeout", "done") if getattr(done, "dtype", None) == np.bool_ else ("timeout",)
         self._engine.add_rows({name: as_stored_row(name, value, *rows[name]) for name, value in fields.items()},
                               finite)
+
+    def _add_as_stored(self, obs, next_obs, action, reward, done, infos) -> bool:
+        """The common case in one pass — what a VecEnv hands SB3's loop: arrays of exactly the stored
+        rows' shapes and dtypes (actions of ``n_envs * action_dim`` values, boolean or stored-dtype dones),
+        plain Box observations, no frame deduplication — written straight into the rows, with the same
+        NaN/Inf refusal (a finite sum of a few values means each is finite; anything else goes to the
+        general path, which checks value by value and raises). False (nothing written) elsewhere."""
+        engine = self._engine
+        if not self._plain_box or engine.frames is not None or len(infos) != self.n_envs:
+            return False
+        rows = engine.row_specs
+        for name, value in (("obs", obs), ("next_obs", next_obs), ("reward", reward)):
+            shape, dtype = rows[name]
+            if type(value) is not np.ndarray or value.shape != shape or value.dtype != dtype:
+                return False
+        action_shape, action_dtype = rows["action"]
+        done_shape, done_dtype = rows["done"]
+        if type(action) is not np.ndarray or action.size != self.n_envs * self.action_dim \
+                or action.dtype != action_dtype or type(done) is not np.ndarray or done.shape != done_shape \
+                or (done.dtype != np.bool_ and done.dtype != done_dtype):
+            return False
+        floats = [obs, next_obs, reward] if done.dtype == np.bool_ else [obs, next_obs, reward, done]
+        for value in floats:
+            if value.dtype.kind == "f" and not (math.isfinite(sum(value.ravel().tolist())) if value.size <= 64
+                                                else bool(np.isfinite(value).all())):
+                return False
+        if self.handle_timeout_termination:
+            timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
+            if timeout.shape != rows["timeout"][0]:  # e.g. array-valued flags: numpy's broadcast decides
+                return False
+        else:
+            timeout = self._no_timeouts
+        engine.write_rows({"obs": obs, "next_obs": next_obs, "action": action.reshape(action_shape), "reward": reward,
+                           "done": done, "timeout": timeout})
+        return True
 
     def reset(self) -> None:
         """Forget every transition (SB3's ``reset``; stacked frames start fresh too)."""
