@@ -200,9 +200,9 @@ def _on_policy_run(algo: str, fused: bool, cycles: int, **kwargs):
 
 
 @pytest.mark.parametrize(("algo", "cycles", "kwargs"), [
-    ("PPO", 13, dict(n_steps=128, batch_size=32, n_epochs=4)),                        # 208 minibatch steps
+    ("PPO", 13, dict(n_steps=128, batch_size=32, n_epochs=4, ent_coef=0.01)),         # 208 minibatch steps
     ("PPO", 13, dict(n_steps=128, batch_size=32, n_epochs=4, target_kl=0.002, clip_range_vf=0.2)),  # early stops
-    ("PPO", 7, dict(env="Pendulum-v1", n_steps=256, batch_size=64, n_epochs=8)),      # Gaussian policy, log_std
+    ("PPO", 7, dict(env="Pendulum-v1", n_steps=256, batch_size=64, n_epochs=8, ent_coef=0.01)),  # Gaussian, log_std
     ("A2C", 200, dict(n_steps=8)),
 ])
 def test_fused_on_policy_train_is_sb3s_train_bit_for_bit(algo, cycles, kwargs):
@@ -210,3 +210,28 @@ def test_fused_on_policy_train_is_sb3s_train_bit_for_bit(algo, cycles, kwargs):
     fused = _on_policy_run(algo, True, cycles, **dict(kwargs))
     assert len(stock["gradients"]) > 100
     assert differences(stock, fused) == []
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_the_fused_ppo_update_evaluates_actions_without_module_calls_and_a_changed_entropy_breaks_it(
+        monkeypatch, env):
+    """The bit-for-bit test above runs the lean ``evaluate_actions`` (checked here, so a silent fallback to
+    SB3's would fail); an entropy 0.01% off makes the same comparison fail."""
+    from rlaccel_sb3 import collection
+    from stable_baselines3 import PPO
+
+    model = PPO("MlpPolicy", env, seed=3, policy_kwargs=dict(net_arch=[64, 64]))
+    assert collection.lean_evaluate_actions_for(model) is not None
+    original = collection.lean_evaluate_actions_for
+
+    def entropy_off(model):
+        evaluate = original(model)
+
+        def evaluate_actions(obs, actions):
+            values, log_prob, entropy = evaluate(obs, actions)
+            return values, log_prob, entropy * 1.0001
+        return evaluate_actions
+
+    monkeypatch.setattr(collection, "lean_evaluate_actions_for", entropy_off)
+    kwargs = dict(env=env, n_steps=128, batch_size=32, n_epochs=2, ent_coef=0.01)
+    assert differences(_on_policy_run("PPO", False, 3, **dict(kwargs)), _on_policy_run("PPO", True, 3, **dict(kwargs)))

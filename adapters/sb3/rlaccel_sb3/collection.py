@@ -20,6 +20,7 @@ same tensor ops and the same random draw, without module calls or distribution o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -167,28 +168,12 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
     Discrete action space (SB3's ``Categorical``: the same ``torch.multinomial`` draw) or a Box one
     (its diagonal Gaussian: the same ``normal_`` draw), as the same tensor ops without the module calls
     and the distribution objects. None elsewhere (gSDE, images, dicts, other distributions)."""
-    import math
-
-    from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
-    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-    from stable_baselines3.common.policies import ActorCriticPolicy
-    from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
-
+    parts = _flat_actor_critic(model)
+    if parts is None:
+        return None
+    actor, critic, categorical_actions = parts
     policy = model.policy
-    distribution = type(getattr(policy, "action_dist", None))
-    if not isinstance(model, OnPolicyAlgorithm) or type(policy) is not ActorCriticPolicy or model.use_sde \
-            or not policy.share_features_extractor or type(policy.features_extractor) is not FlattenExtractor \
-            or type(policy.mlp_extractor) is not MlpExtractor \
-            or distribution not in (CategoricalDistribution, DiagGaussianDistribution) \
-            or not isinstance(policy.observation_space, spaces.Box) or len(policy.observation_space.shape) != 1:
-        return None
-    extractor, mlp = policy.features_extractor, policy.mlp_extractor
-    hooked = [policy, extractor, extractor.flatten, mlp]
-    actor, critic = flat_layers(hooked, mlp.policy_net, policy.action_net), flat_layers(hooked, mlp.value_net, policy.value_net)
-    if actor is None or critic is None:
-        return None
     action_shape = (-1, *model.action_space.shape)
-    log_sqrt_2pi = math.log(math.sqrt(2 * math.pi))
 
     def categorical(logits: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         logits = logits - logits.logsumexp(dim=-1, keepdim=True)  # torch's Categorical(logits=...)
@@ -205,10 +190,10 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
             actions = mean
         else:  # Normal.rsample
             actions = mean + torch.empty(mean.shape, dtype=mean.dtype, device=mean.device).normal_() * std
-        log_prob = -((actions - mean) ** 2) / (2 * std**2) - std.log() - log_sqrt_2pi  # Normal.log_prob
-        return actions, log_prob.sum(dim=1) if log_prob.dim() > 1 else log_prob.sum()
+        log_prob = -((actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI  # Normal.log_prob
+        return actions, _sum_independent_dims(log_prob)
 
-    sample = categorical if distribution is CategoricalDistribution else gaussian
+    sample = categorical if categorical_actions else gaussian
 
     def forward(obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         features = obs.float()
@@ -218,3 +203,75 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
 
     forward.__doc__ = f"rlaccel's lean {type(policy).__name__}.forward for collection (same ops, no module calls)"
     return forward
+
+
+def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
+    """A lean ``policy.evaluate_actions(obs, actions)`` for PPO's update (values, log-probabilities of the
+    actions, entropies), for the policies :func:`lean_policy_forward_for` serves: the same tensor ops —
+    torch's ``Categorical`` (normalised logits, ``gather``, the clamped entropy over ``softmax``) or
+    SB3's diagonal Gaussian (``Normal.log_prob`` and ``Normal.entropy`` summed over action dims) — so
+    the same values and autograd graph, without module calls or distribution objects (nor their
+    argument validation: a NaN logit reaches the loss, where the gradient guard sees it, instead of
+    raising in ``Categorical``). Made per ``train()`` call: not where a forward hook is registered."""
+    parts = _flat_actor_critic(model)
+    if parts is None:
+        return None
+    actor, critic, categorical_actions = parts
+    policy = model.policy
+
+    def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = logits - logits.logsumexp(dim=-1, keepdim=True)  # Categorical(logits=...)
+        log_prob = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)  # Categorical.log_prob
+        probs = torch.softmax(logits, dim=-1)  # Categorical.entropy
+        entropy = -(torch.clamp(logits, min=torch.finfo(logits.dtype).min) * probs).sum(-1)
+        return log_prob, entropy
+
+    def gaussian(mean: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        std = torch.ones_like(mean) * policy.log_std.exp()  # DiagGaussianDistribution.proba_distribution
+        log_prob = -((actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI  # Normal.log_prob
+        entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
+        return _sum_independent_dims(log_prob), _sum_independent_dims(entropy)
+
+    distribution = categorical if categorical_actions else gaussian
+
+    def evaluate_actions(obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        features = obs.float()
+        log_prob, entropy = distribution(actor(features), actions)
+        return critic(features), log_prob, entropy
+
+    return evaluate_actions
+
+
+LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+
+
+def _sum_independent_dims(tensor: torch.Tensor) -> torch.Tensor:
+    """SB3's ``sum_independent_dims``."""
+    return tensor.sum(dim=1) if tensor.dim() > 1 else tensor.sum()
+
+
+def _flat_actor_critic(model) -> tuple[Callable, Callable, bool] | None:
+    """The actor (to the action logits or means) and the critic (to the values) of an on-policy MLP policy
+    — SB3's ``ActorCriticPolicy`` on a 1-D Box, shared flatten extractor, no gSDE, Categorical or diagonal
+    Gaussian actions — as flat functions, and whether the actions are categorical; None elsewhere or
+    where a forward hook is registered."""
+    from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+    from stable_baselines3.common.policies import ActorCriticPolicy
+    from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
+
+    policy = model.policy
+    distribution = type(getattr(policy, "action_dist", None))
+    if not isinstance(model, OnPolicyAlgorithm) or type(policy) is not ActorCriticPolicy or model.use_sde \
+            or not policy.share_features_extractor or type(policy.features_extractor) is not FlattenExtractor \
+            or type(policy.mlp_extractor) is not MlpExtractor \
+            or distribution not in (CategoricalDistribution, DiagGaussianDistribution) \
+            or not isinstance(policy.observation_space, spaces.Box) or len(policy.observation_space.shape) != 1:
+        return None
+    extractor, mlp = policy.features_extractor, policy.mlp_extractor
+    hooked = [policy, extractor, extractor.flatten, mlp]
+    actor = flat_layers(hooked, mlp.policy_net, policy.action_net)
+    critic = flat_layers(hooked, mlp.value_net, policy.value_net)
+    if actor is None or critic is None:
+        return None
+    return actor, critic, distribution is CategoricalDistribution

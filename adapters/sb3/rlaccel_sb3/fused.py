@@ -505,12 +505,17 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
 
 # ---------------------------------------------------------------------------------------- on-policy
 def _ppo_train(model) -> None:
-    """SB3's ``PPO.train`` with the multi-tensor optimizer and clipping, and the logged values gathered
-    as tensors (one host sync per call; per minibatch only when ``target_kl`` needs the KL to decide)."""
+    """SB3's ``PPO.train`` with the multi-tensor optimizer and clipping, the policy's ``evaluate_actions``
+    as the same tensor ops without module calls or distribution objects where the policy is an MLP one
+    (``rlaccel_sb3.collection.lean_evaluate_actions_for``), and the logged values gathered as tensors
+    (one host sync per call; per minibatch only when ``target_kl`` needs the KL to decide)."""
     from gymnasium import spaces
     from stable_baselines3.common.utils import explained_variance
 
+    from rlaccel_sb3.collection import lean_evaluate_actions_for
+
     policy = model.policy
+    evaluate_actions = lean_evaluate_actions_for(model) or policy.evaluate_actions
     policy.set_training_mode(True)
     model._update_learning_rate(policy.optimizer)
     clip_range = model.clip_range(model._current_progress_remaining)
@@ -527,7 +532,7 @@ def _ppo_train(model) -> None:
                 actions = rollout_data.actions
                 if isinstance(model.action_space, spaces.Discrete):
                     actions = rollout_data.actions.long().flatten()
-                values, log_prob, entropy = policy.evaluate_actions(rollout_data.observations, actions)
+                values, log_prob, entropy = evaluate_actions(rollout_data.observations, actions)
                 values = values.flatten()
                 advantages = rollout_data.advantages
                 if model.normalize_advantage and len(advantages) > 1:
