@@ -194,6 +194,7 @@ def _on_policy_run(algo: str, fused: bool, cycles: int, **kwargs):
             model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
             train()
             logged.append({k: v for k, v in model.logger.name_to_value.items() if k.startswith("train/")})
+    assert "evaluate_actions" not in model.policy.__dict__  # the lean one is the fused train()'s, for its call
     return {"losses": record.losses, "gradients": record.gradients, "parameters": dict(model.policy.state_dict()),
             "optimizer": copy.deepcopy(model.policy.optimizer.state_dict()), "logged": logged,
             "n_updates": model._n_updates, "rng": _rng()}
@@ -203,7 +204,7 @@ def _on_policy_run(algo: str, fused: bool, cycles: int, **kwargs):
     ("PPO", 13, dict(n_steps=128, batch_size=32, n_epochs=4, ent_coef=0.01)),         # 208 minibatch steps
     ("PPO", 13, dict(n_steps=128, batch_size=32, n_epochs=4, target_kl=0.002, clip_range_vf=0.2)),  # early stops
     ("PPO", 7, dict(env="Pendulum-v1", n_steps=256, batch_size=64, n_epochs=8, ent_coef=0.01)),  # Gaussian, log_std
-    ("A2C", 200, dict(n_steps=8)),
+    ("A2C", 200, dict(n_steps=8, ent_coef=0.01)),
 ])
 def test_fused_on_policy_train_is_sb3s_train_bit_for_bit(algo, cycles, kwargs):
     stock = _on_policy_run(algo, False, cycles, **dict(kwargs))
@@ -212,15 +213,15 @@ def test_fused_on_policy_train_is_sb3s_train_bit_for_bit(algo, cycles, kwargs):
     assert differences(stock, fused) == []
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
-def test_the_fused_ppo_update_evaluates_actions_without_module_calls_and_a_changed_entropy_breaks_it(
-        monkeypatch, env):
+@pytest.mark.parametrize(("algo", "env"), [("PPO", "CartPole-v1"), ("PPO", "Pendulum-v1"), ("A2C", "CartPole-v1")])
+def test_the_fused_on_policy_update_evaluates_actions_without_module_calls_and_a_changed_entropy_breaks_it(
+        monkeypatch, algo, env):
     """The bit-for-bit test above runs the lean ``evaluate_actions`` (checked here, so a silent fallback to
     SB3's would fail); an entropy 0.01% off makes the same comparison fail."""
     from rlaccel_sb3 import collection
-    from stable_baselines3 import PPO
+    from stable_baselines3 import A2C, PPO
 
-    model = PPO("MlpPolicy", env, seed=3, policy_kwargs=dict(net_arch=[64, 64]))
+    model = {"PPO": PPO, "A2C": A2C}[algo]("MlpPolicy", env, seed=3, policy_kwargs=dict(net_arch=[64, 64]))
     assert collection.lean_evaluate_actions_for(model) is not None
     original = collection.lean_evaluate_actions_for
 
@@ -233,5 +234,6 @@ def test_the_fused_ppo_update_evaluates_actions_without_module_calls_and_a_chang
         return evaluate_actions
 
     monkeypatch.setattr(collection, "lean_evaluate_actions_for", entropy_off)
-    kwargs = dict(env=env, n_steps=128, batch_size=32, n_epochs=2, ent_coef=0.01)
-    assert differences(_on_policy_run("PPO", False, 3, **dict(kwargs)), _on_policy_run("PPO", True, 3, **dict(kwargs)))
+    kwargs = dict(env=env, n_steps=128, batch_size=32, n_epochs=2) if algo == "PPO" else dict(n_steps=8)
+    kwargs["ent_coef"] = 0.01
+    assert differences(_on_policy_run(algo, False, 3, **dict(kwargs)), _on_policy_run(algo, True, 3, **dict(kwargs)))

@@ -206,7 +206,7 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
 
 
 def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
-    """A lean ``policy.evaluate_actions(obs, actions)`` for PPO's update (values, log-probabilities of the
+    """A lean ``policy.evaluate_actions(obs, actions)`` for PPO's and A2C's updates (values, log-probabilities of the
     actions, entropies), for the policies :func:`lean_policy_forward_for` serves: the same tensor ops —
     torch's ``Categorical`` (normalised logits, ``gather``, the clamped entropy over ``softmax``) or
     SB3's diagonal Gaussian (``Normal.log_prob`` and ``Normal.entropy`` summed over action dims) — so
@@ -214,7 +214,7 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
     argument validation: a NaN logit reaches the loss, where the gradient guard sees it, instead of
     raising in ``Categorical``). Made per ``train()`` call: not where a forward hook is registered."""
     parts = _flat_actor_critic(model)
-    if parts is None:
+    if parts is None or "evaluate_actions" in model.policy.__dict__:  # a user's own stays
         return None
     actor, critic, categorical_actions = parts
     policy = model.policy

@@ -65,9 +65,8 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True) -> Callable[...
         def train() -> None:
             _ppo_train(model)
     elif own is A2C.train:
-        def train() -> None:  # one optimizer step per call: only the optimizer's kernels change
-            with OptimizerKernels([model.policy.optimizer]):
-                A2C.train(model)
+        def train() -> None:  # SB3's own, with the multi-tensor kernels and the lean evaluate_actions
+            _a2c_train(model)
     elif own is _qrdqn_train():
         def train(gradient_steps: int, batch_size: int = 100) -> None:
             _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs)
@@ -504,6 +503,26 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
 
 
 # ---------------------------------------------------------------------------------------- on-policy
+def _a2c_train(model) -> None:
+    """SB3's ``A2C.train`` (one optimizer step per call) with the multi-tensor optimizer kernels and, for
+    an MLP policy, the lean ``evaluate_actions`` in place of the policy's for the call."""
+    from stable_baselines3 import A2C
+
+    from rlaccel_sb3.collection import lean_evaluate_actions_for
+
+    policy = model.policy
+    evaluate_actions = lean_evaluate_actions_for(model)
+    with OptimizerKernels([policy.optimizer]):
+        if evaluate_actions is None:
+            A2C.train(model)
+            return
+        policy.__dict__["evaluate_actions"] = evaluate_actions
+        try:
+            A2C.train(model)
+        finally:
+            policy.__dict__.pop("evaluate_actions", None)
+
+
 def _ppo_train(model) -> None:
     """SB3's ``PPO.train`` with the multi-tensor optimizer and clipping, the policy's ``evaluate_actions``
     as the same tensor ops without module calls or distribution objects where the policy is an MLP one
