@@ -351,14 +351,15 @@ def test_a_wrapper_with_a_fused_update_pickles_and_keeps_it():
 
 
 def _networks():
-    """Tianshou's networks as the examples build them (DQN's Net, a 2-atom Net with softmax, SAC's and
-    TD3's actors and critic)."""
+    """Tianshou's networks as the examples build them (DQN's Net, a 4-atom Net with softmax, SAC's and
+    TD3's actors and critics, PPO's discrete actors and critic)."""
     from tianshou.utils.net.common import Net
     from tianshou.utils.net.continuous import (
         ContinuousActorDeterministic,
         ContinuousActorProbabilistic,
         ContinuousCritic,
     )
+    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
 
     torch.manual_seed(5)
     obs = torch.randn(16, 3)
@@ -376,6 +377,10 @@ def _networks():
                                       max_action=2.0), (obs,)),
         (ContinuousActorProbabilistic(preprocess_net=Net(state_shape=3, hidden_sizes=[32]), action_shape=1,
                                       unbounded=True, conditioned_sigma=True), (obs,)),
+        (DiscreteActor(preprocess_net=Net(state_shape=3, hidden_sizes=[32, 32]), action_shape=2), (obs,)),
+        (DiscreteActor(preprocess_net=Net(state_shape=3, hidden_sizes=[16]), action_shape=3, hidden_sizes=[8],
+                       softmax_output=False), (obs,)),
+        (DiscreteCritic(preprocess_net=Net(state_shape=3, hidden_sizes=[32, 32])), (obs,)),
     ]
 
 
@@ -387,7 +392,7 @@ def _outputs_and_gradients(network, forward, inputs):
     return [t.detach().clone() for t in tensors] + [p.grad.clone() for p in network.parameters()]
 
 
-@pytest.mark.parametrize("index", range(7))
+@pytest.mark.parametrize("index", range(10))
 def test_flat_forwards_are_the_networks_own_ops(index):
     """Tianshou's networks called without their module calls: the same outputs and gradients, bit for
     bit; the module itself wherever a hook must run or a layer is not a plain Linear/ReLU/Tanh."""

@@ -420,7 +420,7 @@ def _ppo_learn(wrapper, ppo, buffer, indices: np.ndarray, _weight, batch_size: i
                     clip_loss = -torch.where(advantages < 0, clip2, clip1).mean()
                 else:
                     clip_loss = -torch.min(surr1, surr2).mean()
-                value = ppo.critic(obs[chunk]).flatten()
+                value = _forward(ppo.critic)(obs[chunk]).flatten()
                 if ppo.value_clip:
                     v_clip = v_s[chunk] + (value - v_s[chunk]).clamp(-ppo.eps_clip, ppo.eps_clip)
                     vf_loss = torch.max((returns[chunk] - value).pow(2), (returns[chunk] - v_clip).pow(2)).mean()
@@ -452,8 +452,9 @@ def _returns_and_advantages(algorithm, buffer, indices: np.ndarray, obs: torch.T
     """``_add_returns_and_advantages``: the old values, the returns and the GAE advantages, as tensors."""
     with torch.no_grad():
         chunks = list(_split(len(indices), algorithm.max_batchsize, shuffle=False))
-        v_s = torch.cat([algorithm.critic(obs[chunk]) for chunk in chunks], dim=0).flatten()
-        v_s_next = torch.cat([algorithm.critic(obs_next[chunk]) for chunk in chunks], dim=0).flatten()
+        critic = _forward(algorithm.critic)
+        v_s = torch.cat([critic(obs[chunk]) for chunk in chunks], dim=0).flatten()
+        v_s_next = torch.cat([critic(obs_next[chunk]) for chunk in chunks], dim=0).flatten()
     v_s_np, v_s_next_np = v_s.cpu().numpy(), v_s_next.cpu().numpy()
     if algorithm.return_scaling:
         v_s_np = v_s_np * np.sqrt(algorithm.ret_rms.var + algorithm._eps)
@@ -484,7 +485,7 @@ def _split(length: int, size: int, shuffle: bool):
 def _policy_dist(policy, obs: torch.Tensor):
     """``policy(batch).dist`` of a ``ProbabilisticActorPolicy`` within a training step, with its
     ``dist.sample()`` (unused here, drawn so the random stream stays Tianshou's)."""
-    logits, _ = policy.actor(obs)
+    logits, _ = _forward(policy.actor)(obs)
     dist = policy.dist_fn(logits)
     dist.sample()
     return dist
@@ -501,9 +502,11 @@ def _forward(module: torch.nn.Module) -> Callable:
         ContinuousActorProbabilistic,
         ContinuousCritic,
     )
+    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
 
     build = {Net: _flat_net, ContinuousCritic: _flat_critic, ContinuousActorDeterministic: _flat_deterministic_actor,
-             ContinuousActorProbabilistic: _flat_probabilistic_actor}.get(type(module))
+             ContinuousActorProbabilistic: _flat_probabilistic_actor, DiscreteActor: _flat_discrete_actor,
+             DiscreteCritic: _flat_discrete_critic}.get(type(module))
     flat = build(module) if build is not None else None
     return flat if flat is not None else module
 
@@ -573,6 +576,29 @@ def _flat_deterministic_actor(actor: torch.nn.Module) -> Callable | None:
         return actor.max_action * torch.tanh(last(action)), hidden
 
     return forward
+
+
+def _flat_discrete_actor(actor: torch.nn.Module) -> Callable | None:
+    """``DiscreteActor.forward(obs)``: ``last(preprocess(obs))``, softmax-ed if the actor says so."""
+    preprocess, last = _flat_net(actor.preprocess, (actor,)), _flat_mlp(actor.last, [actor])
+    if preprocess is None or last is None:
+        return None
+    softmax = actor.softmax_output
+
+    def forward(obs: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        x, hidden = preprocess(obs, state)
+        x = last(x)
+        return (torch.nn.functional.softmax(x, dim=-1) if softmax else x), hidden
+
+    return forward
+
+
+def _flat_discrete_critic(critic: torch.nn.Module) -> Callable | None:
+    """``DiscreteCritic.forward(obs)``: ``last(preprocess(obs))``."""
+    preprocess, last = _flat_net(critic.preprocess, (critic,)), _flat_mlp(critic.last, [critic])
+    if preprocess is None or last is None:
+        return None
+    return lambda obs: last(preprocess(obs)[0])
 
 
 def _flat_probabilistic_actor(actor: torch.nn.Module) -> Callable | None:
