@@ -18,8 +18,8 @@ Tianshou: DQN as its CartPole example builds it (``ts-dqn`` rows): ``algorithm.u
 of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, and a hand-written double
 DQN 3-step floor; SAC (auto alpha), TD3 and DDPG on Pendulum (``ts-sac``, ``ts-td3``, ``ts-ddpg``) with
 Tianshou's ``Net``-based actor and critics, against the same floors as SB3's; PPO (``ts-ppo``) as
-``examples/tianshou_ppo_cartpole.py`` builds it, one epoch over 2,048 transitions per call (no floor:
-ms per minibatch step, the whole update included).
+``examples/tianshou_ppo_cartpole.py`` builds it, one epoch over 2,048 transitions per call (ms per
+minibatch step, the whole update included; floor: SB3's PPO floor with ReLU MLPs, minibatch steps only).
 
 Usage:
     python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--per-call K] [--algos dqn,qrdqn,sac,td3] [--frameworks sb3,tianshou]
@@ -257,12 +257,13 @@ def ppo_rows(rounds: int) -> None:
         print_row("ppo", hidden, batch, {k: 1e3 * statistics.median(v) / steps for k, v in times.items()})
 
 
-def ppo_floor(hidden: tuple[int, ...], batch: int, epochs: int, transitions: int) -> float:
+def ppo_floor(hidden: tuple[int, ...], batch: int, epochs: int, transitions: int, activation=torch.nn.Tanh) -> float:
     """SB3 PPO's minibatch step by hand (CartPole: 4 observations, 2 actions; SB3's default Tanh MLPs for
-    the actor and the critic, clip 0.2, value coefficient 0.5, entropy coefficient 0, gradient norm 0.5):
-    seconds for ``epochs`` passes over ``transitions`` in minibatches of ``batch``."""
+    the actor and the critic — ReLU for Tianshou's ``Net`` —, clip 0.2, value coefficient 0.5, entropy
+    coefficient 0, gradient norm 0.5): seconds for ``epochs`` passes over ``transitions`` in minibatches
+    of ``batch``."""
     torch.manual_seed(0)
-    actor, critic = _mlp(4, hidden, 2, torch.nn.Tanh), _mlp(4, hidden, 1, torch.nn.Tanh)
+    actor, critic = _mlp(4, hidden, 2, activation), _mlp(4, hidden, 1, activation)
     params = [*actor.parameters(), *critic.parameters()]
     optimizer = torch.optim.Adam(params, lr=1e-3, eps=1e-5, fused=True)
     obs, act = torch.randn(transitions, 4), torch.randint(0, 2, (transitions,))
@@ -439,7 +440,7 @@ def tianshou_ppo_rows(rounds: int) -> None:
         collector.reset()
         collector.collect(n_step=2_048)
         steps = -(-len(buffer) // batch)  # minibatches per epoch (the last one merged when short)
-        times = {"stock": [], "fused": []}
+        times = {"stock": [], "fused": [], "floor": []}
         with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
             for r in range(rounds):
                 order = [("stock", stock), ("fused", fused)]
@@ -447,9 +448,9 @@ def tianshou_ppo_rows(rounds: int) -> None:
                     t = time.perf_counter()
                     algorithm.update(buffer, batch, 1)
                     times[name].append(time.perf_counter() - t)
-        ms = {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
-        print(f"{'ts-ppo':<8} {'64-64':<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} {'-':>7} "
-              f"{ms['fused'] / ms['stock']:>10.2f}x {'-':>11} {'-':>11}")
+                # the minibatch steps only (Tianshou's update also computes the rollout's GAE first)
+                times["floor"].append(ppo_floor((64, 64), batch, 1, len(buffer), torch.nn.ReLU))
+        print_row("ts-ppo", (64, 64), batch, {k: 1e3 * statistics.median(v) / steps for k, v in times.items()})
 
 
 def tianshou_floor(hidden: tuple[int, ...], batch: int, steps: int, data: dict) -> float:
