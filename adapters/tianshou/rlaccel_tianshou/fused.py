@@ -10,9 +10,10 @@ Tianshou's own ``_nstep_return``, converts each input once, runs the network mod
 the random draws (SAC's ``rsample``, TD3's target noise) in Tianshou's order, steps the optimizers
 through Tianshou's own ``Algorithm.Optimizer`` with PyTorch's multi-tensor (``foreach``) Adam, and
 does the Polyak target update in three multi-tensor ops with Tianshou's rounding. Tianshou's ``Net``,
-``MLP``, ``ContinuousCritic`` and continuous actors of Linear/ReLU/Tanh layers are called as the same
-tensor ops without their module calls (each ``Net`` call is four modules deep and lists the network's
-parameters to find its device), where no forward hook is registered. Equal to Tianshou's update,
+``MLP``, ``ContinuousCritic``, the continuous actors and ``DiscreteActor`` / ``DiscreteCritic`` of
+Linear/ReLU/Tanh layers are called as the same tensor ops without their module calls (each ``Net`` call
+is four modules deep and lists the network's parameters to find its device), where no forward hook is
+registered. Equal to Tianshou's update,
 tested step by step (``tests/test_tianshou_fused.py``).
 
 Fused: ``DQN`` (plain and double, Huber or MSE, any n-step, with or without a target network) and
