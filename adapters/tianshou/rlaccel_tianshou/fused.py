@@ -546,11 +546,19 @@ def _flat_net(net: torch.nn.Module, containers: tuple = ()) -> Callable | None:
     return forward
 
 
+def _preprocess_and_last(network: torch.nn.Module) -> tuple[Callable, Callable] | None:
+    """The ``preprocess`` Net and the ``last`` MLP of one of Tianshou's actors or critics, flat; None
+    where either has to stay a module."""
+    preprocess, last = _flat_net(network.preprocess, (network,)), _flat_mlp(network.last, [network])
+    return None if preprocess is None or last is None else (preprocess, last)
+
+
 def _flat_critic(critic: torch.nn.Module) -> Callable | None:
     """``ContinuousCritic.forward(obs, act)``."""
-    preprocess, last = _flat_net(critic.preprocess, (critic,)), _flat_mlp(critic.last, [critic])
-    if preprocess is None or last is None:
+    parts = _preprocess_and_last(critic)
+    if parts is None:
         return None
+    preprocess, last = parts
     obs_only = critic.apply_preprocess_net_to_obs_only
 
     def forward(obs: torch.Tensor, act: torch.Tensor | None = None) -> torch.Tensor:
@@ -568,9 +576,10 @@ def _flat_critic(critic: torch.nn.Module) -> Callable | None:
 
 def _flat_deterministic_actor(actor: torch.nn.Module) -> Callable | None:
     """``ContinuousActorDeterministic.forward(obs)``: ``max_action * tanh(last(preprocess(obs)))``."""
-    preprocess, last = _flat_net(actor.preprocess, (actor,)), _flat_mlp(actor.last, [actor])
-    if preprocess is None or last is None:
+    parts = _preprocess_and_last(actor)
+    if parts is None:
         return None
+    preprocess, last = parts
 
     def forward(obs: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
         action, hidden = preprocess(obs, state)
@@ -581,9 +590,10 @@ def _flat_deterministic_actor(actor: torch.nn.Module) -> Callable | None:
 
 def _flat_discrete_actor(actor: torch.nn.Module) -> Callable | None:
     """``DiscreteActor.forward(obs)``: ``last(preprocess(obs))``, softmax-ed if the actor says so."""
-    preprocess, last = _flat_net(actor.preprocess, (actor,)), _flat_mlp(actor.last, [actor])
-    if preprocess is None or last is None:
+    parts = _preprocess_and_last(actor)
+    if parts is None:
         return None
+    preprocess, last = parts
     softmax = actor.softmax_output
 
     def forward(obs: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
@@ -596,9 +606,10 @@ def _flat_discrete_actor(actor: torch.nn.Module) -> Callable | None:
 
 def _flat_discrete_critic(critic: torch.nn.Module) -> Callable | None:
     """``DiscreteCritic.forward(obs)``: ``last(preprocess(obs))``."""
-    preprocess, last = _flat_net(critic.preprocess, (critic,)), _flat_mlp(critic.last, [critic])
-    if preprocess is None or last is None:
+    parts = _preprocess_and_last(critic)
+    if parts is None:
         return None
+    preprocess, last = parts
     return lambda obs: last(preprocess(obs)[0])
 
 
