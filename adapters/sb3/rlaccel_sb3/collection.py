@@ -176,7 +176,7 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
     action_shape = (-1, *model.action_space.shape)
 
     def categorical(logits: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = logits - logits.logsumexp(dim=-1, keepdim=True)  # torch's Categorical(logits=...)
+        logits = _categorical_logits(logits)
         probs = torch.softmax(logits, dim=-1)
         if deterministic:
             actions = torch.argmax(probs, dim=1)
@@ -185,13 +185,12 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
         return actions, logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
     def gaussian(mean: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        std = torch.ones_like(mean) * policy.log_std.exp()  # DiagGaussianDistribution.proba_distribution
+        std = _gaussian_std(policy, mean)
         if deterministic:
             actions = mean
         else:  # Normal.rsample
             actions = mean + torch.empty(mean.shape, dtype=mean.dtype, device=mean.device).normal_() * std
-        log_prob = -((actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI  # Normal.log_prob
-        return actions, _sum_independent_dims(log_prob)
+        return actions, _gaussian_log_prob(actions, mean, std)
 
     sample = categorical if categorical_actions else gaussian
 
@@ -220,17 +219,18 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
     policy = model.policy
 
     def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = logits - logits.logsumexp(dim=-1, keepdim=True)  # Categorical(logits=...)
+        logits = _categorical_logits(logits)
         log_prob = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)  # Categorical.log_prob
         probs = torch.softmax(logits, dim=-1)  # Categorical.entropy
         entropy = -(torch.clamp(logits, min=torch.finfo(logits.dtype).min) * probs).sum(-1)
         return log_prob, entropy
 
     def gaussian(mean: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        std = torch.ones_like(mean) * policy.log_std.exp()  # DiagGaussianDistribution.proba_distribution
-        log_prob = -((actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI  # Normal.log_prob
+        std = _gaussian_std(policy, mean)
+        # log-probability before entropy, as SB3 asks them: the order autograd sums std's gradients in
+        log_prob = _gaussian_log_prob(actions, mean, std)
         entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
-        return _sum_independent_dims(log_prob), _sum_independent_dims(entropy)
+        return log_prob, _sum_independent_dims(entropy)
 
     distribution = categorical if categorical_actions else gaussian
 
@@ -243,6 +243,21 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
 
 
 LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+
+
+def _categorical_logits(logits: torch.Tensor) -> torch.Tensor:
+    """The logits torch's ``Categorical(logits=...)`` keeps (normalised)."""
+    return logits - logits.logsumexp(dim=-1, keepdim=True)
+
+
+def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:
+    """SB3's ``DiagGaussianDistribution.proba_distribution`` standard deviation."""
+    return torch.ones_like(mean) * policy.log_std.exp()
+
+
+def _gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """``Normal.log_prob``, summed over the action dims as SB3 does."""
+    return _sum_independent_dims(-((actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI)
 
 
 def _sum_independent_dims(tensor: torch.Tensor) -> torch.Tensor:
