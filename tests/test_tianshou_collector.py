@@ -1,10 +1,12 @@
 """`LeanCollector` collects what Tianshou's `Collector` collects, step by step (DESIGN.md §10): the same
-algorithm, seeds and envs through both — every stored transition, the collect statistics and numpy's
-RNG (exploration draws) compared. Tolerance: none (bit-identical)."""
+algorithm, seeds and envs through both — the whole buffer (storage, infos, every sub-buffer's counters),
+every call's collect statistics, the collector's carried-over observations and infos, and numpy's RNG
+(exploration draws) compared. Tolerance: none (bit-identical, and the same Python and numpy types)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import gymnasium as gym
 import numpy as np
@@ -13,50 +15,192 @@ import torch
 from tianshou.algorithm import DQN
 from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
 from tianshou.algorithm.optim import AdamOptimizerFactory
-from tianshou.data import Collector, VectorReplayBuffer
+from tianshou.data import Batch, Collector, ReplayBuffer, VectorReplayBuffer
 from tianshou.env import DummyVectorEnv
 from tianshou.utils.net.common import Net
 
 from rlaccel_plugins.fused import differences
 
-FIELDS = ("obs", "act", "rew", "terminated", "truncated", "done", "obs_next")
+
+def _plain(value):
+    """A comparable copy of ``value``: Batches as ordered key lists, object arrays and buffers unpacked,
+    scalars tagged with their type."""
+    if isinstance(value, Batch):
+        return ["Batch", [[key, _plain(item)] for key, item in value.__dict__.items()]]
+    if isinstance(value, ReplayBuffer):
+        return [type(value).__name__, _plain(vars(value))]
+    if isinstance(value, np.random.RandomState):
+        return _plain(list(value.get_state()))
+    if isinstance(value, np.random.Generator):
+        return _plain(value.bit_generator.state)
+    if isinstance(value, np.ndarray):
+        return [_plain(item) for item in value] if value.dtype == object else value.copy()
+    if dataclasses.is_dataclass(value):
+        return [type(value).__name__, _plain(vars(value))]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, bool | int | float | np.generic):
+        return [type(value).__name__, value]
+    if hasattr(value, "__dict__") and not callable(value):  # e.g. the tiered buffer's sampler
+        return [type(value).__name__, _plain(vars(value))]
+    return value
 
 
-def _dqn() -> DQN:
+def _dqn(hidden=(64, 64)) -> DQN:
     torch.manual_seed(0)
-    policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=[64, 64]),
+    policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=list(hidden)),
                                      action_space=gym.spaces.Discrete(2), eps_training=0.2)
     return DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, n_step_return_horizon=3)
 
 
-def _collect(collector_class, dqn: DQN, steps: int, exploration: bool = True) -> dict:
-    envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+def _ppo():
+    from tianshou.algorithm import PPO
+    from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy
+    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
+
+    torch.manual_seed(0)
+    net = Net(state_shape=4, hidden_sizes=[16])
+    actor, critic = DiscreteActor(preprocess_net=net, action_shape=2), DiscreteCritic(preprocess_net=net)
+    policy = DiscreteActorPolicy(actor=actor, dist_fn=torch.distributions.Categorical,
+                                 action_space=gym.spaces.Discrete(2))
+    return PPO(policy=policy, critic=critic, optim=AdamOptimizerFactory())
+
+
+class _InfoEveryThirdStep(gym.Wrapper):
+    """An info that is a 0-d array every third step (a scalar otherwise): steps the lean write hands to Tianshou."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        self.count = getattr(self, "count", 0) + 1
+        x = np.float32(self.count / 7)
+        return obs, reward, terminated, truncated, {"x": np.array(x) if self.count % 3 == 0 else x}
+
+
+def _envs(count: int = 4, wrapper=None) -> DummyVectorEnv:
+    def make():
+        env = gym.make("CartPole-v1")
+        return wrapper(env) if wrapper else env
+
+    envs = DummyVectorEnv([make for _ in range(count)])
     envs.seed(5)
-    buffer = VectorReplayBuffer(4_000, 4)
-    collector = collector_class(dqn, envs, buffer, exploration_noise=exploration)
+    return envs
+
+
+def _collect(collector_class, algorithm, steps: int, exploration: bool = True, buffer=None, envs=None,
+             episodes: tuple[int, ...] = (8,)) -> dict:
+    envs = envs or _envs()
+    buffer = buffer if buffer is not None else VectorReplayBuffer(4_000, envs.env_num)
+    collector = collector_class(algorithm, envs, buffer, exploration_noise=exploration)
     np.random.seed(9)
+    torch.manual_seed(9)
     collector.reset()
     stats = [collector.collect(n_step=100, random=True)]
     with torch.no_grad():
-        dqn.policy.is_within_training_step = True  # the training eps, as in a trainer's collection
+        algorithm.policy.is_within_training_step = True  # the training eps, as in a trainer's collection
         for _ in range(steps // 200):
             stats.append(collector.collect(n_step=200))
-        dqn.policy.is_within_training_step = False
-    stats.append(collector.collect(n_episode=8))  # greedy (eps_inference 0), whole episodes
-    return {"buffer": {f: getattr(buffer, f)[: len(buffer)].copy() for f in FIELDS},
-            "returns": [s.returns for s in stats], "lens": [s.lens for s in stats],
-            "steps": [s.n_collected_steps for s in stats], "rng": np.random.get_state()[1].copy()}
+        algorithm.policy.is_within_training_step = False
+    stats += [collector.collect(n_episode=n) for n in episodes]  # greedy (eps_inference 0), whole episodes
+    stats.append(collector.collect(n_step=48))
+    for s in stats:
+        s.collect_time = s.collect_speed = 0.0  # wall-clock
+    return _plain({"buffer": buffer, "stats": stats, "rng": [np.random.get_state(), torch.get_rng_state()],
+                   "carried": [collector._pre_collect_obs_RO, collector._pre_collect_info_R,
+                               collector._pre_collect_hidden_state_RH, collector.collect_step,
+                               collector.collect_episode]})
 
 
-@pytest.mark.parametrize("exploration", [True, False])
-def test_lean_collector_collects_what_tianshous_collector_collects(exploration):
+@pytest.fixture
+def lean_writes(monkeypatch):
+    """Counts the steps the lean loop wrote itself and those it handed to ``buffer.add``."""
+    from rlaccel_tianshou import step_write
+
+    counts = {"lean": 0, "tianshou": 0}
+    add_step = step_write.add_step
+
+    def counting(*args, **kwargs):
+        result = add_step(*args, **kwargs)
+        counts["lean" if result is not None else "tianshou"] += 1
+        return result
+
+    monkeypatch.setattr(step_write, "add_step", counting)
+    return counts
+
+
+def _tiered():
+    from rlaccel_tianshou import TieredVectorReplayBuffer
+
+    return TieredVectorReplayBuffer(4_000, 4, level_capacity=[800, 3_200], sampling_ratio=[0.5, 0.5])
+
+
+@pytest.mark.filterwarnings("ignore:n_episode=3 should be larger")  # fewer episodes than envs: on purpose
+@pytest.mark.parametrize(("case", "exploration", "make_buffer", "episodes"), [
+    ("dqn", True, None, (8,)),
+    ("dqn", False, None, (8, 3)),
+    ("dqn", True, _tiered, (8,)),
+    ("dqn", True, lambda: VectorReplayBuffer(4_000, 4, ignore_obs_next=True), (8,)),
+    ("dqn", True, lambda: VectorReplayBuffer(120, 4), (8,)),  # sub-buffers wrap, episodes outlive them
+    ("ppo", False, None, (8,)),  # Tianshou's own action step (a dist), inside the lean loop
+])
+def test_lean_collector_collects_what_tianshous_collector_collects(case, exploration, make_buffer, episodes,
+                                                                   lean_writes):
+    from rlaccel_tianshou import LeanCollector
+
+    algorithm = _dqn() if case == "dqn" else _ppo()
+    runs = {}
+    for name, collector_class in (("stock", Collector), ("lean", LeanCollector)):
+        buffer = make_buffer() if make_buffer else None
+        runs[name] = _collect(collector_class, copy.deepcopy(algorithm), 2_000, exploration, buffer, episodes=episodes)
+    assert differences(runs["stock"], runs["lean"]) == []
+    assert lean_writes["lean"] > 500 and lean_writes["tianshou"] == 1  # only the first step: it allocates
+
+
+def test_steps_the_lean_write_cannot_take_go_through_tianshous_add(lean_writes):
     from rlaccel_tianshou import LeanCollector
 
     dqn = _dqn()
-    stock = _collect(Collector, copy.deepcopy(dqn), 2_000, exploration)
-    lean = _collect(LeanCollector, copy.deepcopy(dqn), 2_000, exploration)
-    assert sum(stock["steps"]) >= 2_100 and len(stock["buffer"]["obs"]) > 2_000
+    stock = _collect(Collector, copy.deepcopy(dqn), 1_000, envs=_envs(4, _InfoEveryThirdStep))
+    lean = _collect(LeanCollector, copy.deepcopy(dqn), 1_000, envs=_envs(4, _InfoEveryThirdStep))
     assert differences(stock, lean) == []
+    assert lean_writes["lean"] > 100 and lean_writes["tianshou"] > 100
+
+
+def test_hooks_custom_stats_and_other_buffers_collect_through_tianshous_loop():
+    from rlaccel_tianshou import LeanCollector
+    from tianshou.data import CollectStats, PrioritizedVectorReplayBuffer
+    from tianshou.data.collector import EpisodeRolloutHookMCReturn
+
+    class MyStats(CollectStats):
+        pass
+
+    dqn, envs = _dqn(), _envs()
+    assert LeanCollector(dqn, envs, VectorReplayBuffer(100, 4)).lean_loop
+    assert not LeanCollector(dqn, envs, VectorReplayBuffer(100, 4), on_step_hook=lambda *a: None).lean_loop
+    assert not LeanCollector(dqn, envs, VectorReplayBuffer(100, 4),
+                             on_episode_done_hook=EpisodeRolloutHookMCReturn()).lean_loop
+    assert not LeanCollector(dqn, envs, VectorReplayBuffer(100, 4), collect_stats_class=MyStats).lean_loop
+    assert not LeanCollector(dqn, envs, PrioritizedVectorReplayBuffer(100, 4, alpha=0.6, beta=0.4)).lean_loop
+    hooked = {}
+    for name, cls in (("stock", Collector), ("lean", LeanCollector)):
+        buffer = VectorReplayBuffer(2_000, 4)
+        collector = cls(copy.deepcopy(dqn), _envs(), buffer, on_episode_done_hook=EpisodeRolloutHookMCReturn())
+        collector.reset()
+        np.random.seed(3)
+        collector.collect(n_episode=6)
+        hooked[name] = _plain(buffer)
+    assert differences(hooked["stock"], hooked["lean"]) == []
+
+
+def test_a_changed_stored_reward_breaks_the_collector_equivalence(monkeypatch):
+    from rlaccel_tianshou import LeanCollector, step_write
+
+    add_step = step_write.add_step
+    monkeypatch.setattr(step_write, "add_step", lambda buffer, ids, fields, *rest: add_step(
+        buffer, ids, {**fields, "rew": fields["rew"] * 0.5}, *rest))
+    dqn = _dqn()
+    assert differences(_collect(Collector, copy.deepcopy(dqn), 400), _collect(LeanCollector, copy.deepcopy(dqn), 400))
 
 
 def test_a_changed_action_breaks_the_collector_equivalence(monkeypatch):
@@ -82,4 +226,4 @@ def test_other_policies_collect_through_tianshous_own_step():
     ppo = PPO(policy=policy, critic=critic, optim=Adam())
     collector = LeanCollector(ppo, DummyVectorEnv([lambda: gym.make("CartPole-v1")]), VectorReplayBuffer(100, 1))
     _ = collector.reset()
-    assert not collector.lean and collector.collect(n_step=20).n_collected_steps == 20
+    assert not collector.lean and collector.lean_loop and collector.collect(n_step=20).n_collected_steps == 20

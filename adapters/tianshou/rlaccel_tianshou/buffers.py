@@ -58,9 +58,13 @@ class TieredSamplingMixin:
 
     def add(self, batch: Batch, buffer_ids: np.ndarray | list[int] | None = None):
         result = super().add(batch, buffer_ids)
-        self._unchecked.append(np.asarray(result[0]))
-        self.added += len(result[0])
+        self.note_added(np.asarray(result[0]))
         return result
+
+    def note_added(self, indices: np.ndarray) -> None:
+        """Count rows written at ``indices`` (by ``add``, or by a collector writing the storage itself)."""
+        self._unchecked.append(indices)
+        self.added += len(indices)
 
     def sample_indices(self, batch_size: int | None) -> np.ndarray:
         sizes, positions = self._stream_state()
