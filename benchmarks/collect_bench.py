@@ -27,7 +27,9 @@ with 1 gymnasium env (``DummyVecEnv``) and 16 envpool envs (``EnvPoolVecEnv``); 
 ``forward``), and a floor (the env step, one forward of the same two MLPs and the categorical draw, one
 write of the step into preallocated arrays); and Tianshou's ``Collector`` against rlaccel's
 ``LeanCollector`` with the DQN example's settings (10 envs, 128-128-128 net, eps 0.1), floor = the same
-envs' step with resets, one forward and one write.
+envs' step with resets, one forward and one write: in one ``collect`` call of 5,000 steps, and in
+``collect(n_step=10)`` calls as the example's trainer makes them (each call also pays ``collect``'s own
+work: the policy's train/eval switch and the statistics' summaries).
 
 ``--split``: how to divide this machine's cores between emulation and batched NatureCNN inference on
 Pong (``EnvPoolVecEnv(sb3_atari=True)``): agent steps/s for envpool worker threads x torch threads,
@@ -311,7 +313,9 @@ def _tianshou_dqn():
     return DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, n_step_return_horizon=3), envs
 
 
-def tianshou_collect_us(lean: bool, steps: int) -> float:
+def tianshou_collect_us(lean: bool, steps: int, per_call: int | None = None) -> float:
+    """µs per env step of ``collect(n_step=per_call)`` calls (one call of ``steps`` without ``per_call``);
+    the example's trainer collects 10 steps (one vector step) per call."""
     from rlaccel_tianshou import LeanCollector
     from tianshou.data import Collector, VectorReplayBuffer
 
@@ -320,9 +324,11 @@ def tianshou_collect_us(lean: bool, steps: int) -> float:
                                                       exploration_noise=True)
     collector.reset()
     collector.collect(n_step=1_000)
+    per_call = per_call or steps
     start = time.perf_counter()
-    collector.collect(n_step=steps)
-    return 1e6 * (time.perf_counter() - start) / steps
+    for _ in range(steps // per_call):
+        collector.collect(n_step=per_call)
+    return 1e6 * (time.perf_counter() - start) / (steps // per_call * per_call)
 
 
 def tianshou_floor_us(steps: int) -> float:
@@ -346,15 +352,17 @@ def tianshou_floor_us(steps: int) -> float:
 def tianshou_rows(rounds: int) -> None:
     import statistics
 
-    times = {"stock": [], "lean": [], "floor": []}
+    times = {"stock": [], "lean": [], "floor": [], "stock 10": [], "lean 10": []}
     for r in range(rounds):
         order = [("stock", False), ("lean", True)]
         for key, lean in order if r % 2 == 0 else order[::-1]:
             times[key].append(tianshou_collect_us(lean, 5_000))
+            times[f"{key} 10"].append(tianshou_collect_us(lean, 3_000, per_call=10))
         times["floor"].append(tianshou_floor_us(5_000))
     us = {k: statistics.median(v) for k, v in times.items()}
-    print(f"  {'Tianshou, 10 envs':<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} {'':>7} "
-          f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
+    for label, stock, lean in (("Tianshou, 10 envs", "stock", "lean"), ("  10 steps a call", "stock 10", "lean 10")):
+        print(f"  {label:<18} {us[stock]:>7.1f} {us[lean]:>7.1f} {us['floor']:>7.1f} {'':>7} "
+              f"{us[lean] / us[stock]:>9.2f}x {us[lean] / us['floor']:>9.2f}x", flush=True)
 
 
 def main() -> None:
