@@ -1,16 +1,17 @@
 """`LeanCollector`: Tianshou's ``Collector`` with the same signature, transitions, statistics and random
-draws, and a leaner action step.
+draws, and a lean loop.
 
-Measured (``python benchmarks/collect_bench.py --framework``), a Tianshou collector step of the CartPole DQN
-example costs ~84 µs per env step against ~25 µs for the env step plus the Q-network's forward. A
-quarter of that is the action step: Tianshou wraps every vector step's infos into a ``Batch`` for the
-policy (``_HACKY_create_info_batch``), builds the policy's input and output ``Batch``es, and runs the
-forward with autograd recording. For a ``DiscreteQLearningPolicy`` (DQN) on a Tianshou ``Net`` — whose
-forward does not read the infos — on array observations without an action mask, :class:`LeanCollector`
-computes the same greedy actions from the same network without those ``Batch``es and under
-``torch.no_grad``, and leaves exploration to the policy's own ``add_exploration_noise`` (the same numpy
-draws). Every other step of the collection is Tianshou's own. Equivalence is tested step by step in
-``tests/test_tianshou_collector.py``.
+Tianshou's ``_collect`` builds, per vector step, a ``Batch`` of the step (stacking every env's info dict),
+a copy of it for the buffer, which ``ReplayBufferManager.add`` copies once more and assigns key by key,
+and at every episode's end fetches the episode back from the buffer as a ``Batch`` for the hooks and the
+statistics, which read its length. Where no hook or custom statistics class reads them,
+:meth:`LeanCollector._lean_collect` runs the same loop without them: the step goes straight into the
+buffer's arrays (:mod:`rlaccel_tianshou.step_write`). For a ``DiscreteQLearningPolicy`` (DQN) on a
+Tianshou ``Net`` — whose forward does not read the infos — on array observations without an action
+mask, the action step is lean too: the same greedy actions from the same network (its flat layers)
+under ``torch.no_grad``, without the info, input and output ``Batch``es, and exploration left to the
+policy's own ``add_exploration_noise`` (the same numpy draws). Equivalence is tested step by step in
+``tests/test_tianshou_collector.py``; ``python benchmarks/collect_bench.py --framework`` measures it.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ log = logging.getLogger("tianshou.data.collector")
 
 
 class LeanCollector(Collector):
-    """Drop-in for ``tianshou.data.Collector`` (same arguments): the DQN action step made lean, the rest
-    Tianshou's own. Other policies collect exactly as with ``Collector``.
+    """Drop-in for ``tianshou.data.Collector`` (same arguments) that collects exactly what it collects: the
+    loop lean where :attr:`lean_loop`, the action step too where :attr:`lean`.
 
     Examples:
         >>> import gymnasium as gym
