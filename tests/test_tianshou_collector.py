@@ -214,16 +214,7 @@ def test_a_changed_action_breaks_the_collector_equivalence(monkeypatch):
 
 def test_other_policies_collect_through_tianshous_own_step():
     from rlaccel_tianshou import LeanCollector
-    from tianshou.algorithm import PPO
-    from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy
-    from tianshou.algorithm.optim import AdamOptimizerFactory as Adam
-    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
 
-    net = Net(state_shape=4, hidden_sizes=[16])
-    actor, critic = DiscreteActor(preprocess_net=net, action_shape=2), DiscreteCritic(preprocess_net=net)
-    policy = DiscreteActorPolicy(actor=actor, dist_fn=torch.distributions.Categorical,
-                                 action_space=gym.spaces.Discrete(2))
-    ppo = PPO(policy=policy, critic=critic, optim=Adam())
-    collector = LeanCollector(ppo, DummyVectorEnv([lambda: gym.make("CartPole-v1")]), VectorReplayBuffer(100, 1))
+    collector = LeanCollector(_ppo(), DummyVectorEnv([lambda: gym.make("CartPole-v1")]), VectorReplayBuffer(100, 1))
     _ = collector.reset()
     assert not collector.lean and collector.lean_loop and collector.collect(n_step=20).n_collected_steps == 20

@@ -104,7 +104,9 @@ def _in_precision(framework: str, dtype: str, preset: str = "classic_control") -
 SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
     "quick": ("CartPole-v1 DQN, SB3 and Tianshou (about 10 minutes on 2 cores with 5 seeds)", (
         Task("CartPole-v1", 100_000, 1_000, (
-            STOCK_SB3, drop_in("sb3", "classic_control"), accelerated("sb3", "classic_control"),
+            # drop-in[off]: one uniform level, so SB3's learning is left as it is: fused updates and lean
+            # collection alone
+            STOCK_SB3, drop_in("sb3", "classic_control"), drop_in("sb3", "off"), accelerated("sb3", "classic_control"),
             accelerated("tianshou", "classic_control"), replace(STOCK_TIANSHOU, steps=40_000),
             replace(drop_in("tianshou", "classic_control"), steps=40_000), PPO_SB3,
             drop_in("sb3", "classic_control", algo="ppo"))),)),
