@@ -108,7 +108,8 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="stock vs rlaccel benchmark suites (results.json, table, plots)",
                                   description="Run a benchmark suite: stock and rlaccel variants of each task in the "
                                               "same run, interleaved per seed; time-to-threshold (evaluation "
-                                              "excluded), env steps, throughput, memory. Suites: quick, precision, "
+                                              "excluded), env steps, throughput, memory. Suites: quick, dropin (quick "
+                                              "plus the SB3 DQN drop-in with the off preset), precision, "
                                               "classic, mujoco (InvertedPendulum SAC; needs the mujoco module), "
                                               "atari (a GPU job), atari-fps.")
     from rlaccel_plugins.bench.suites import SUITES  # light: no framework import

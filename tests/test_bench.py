@@ -55,6 +55,15 @@ def test_suites_filter_frameworks_keep_the_yardstick_and_add_ablations():
     assert config.training.batch_size == preset.training.batch_size == 64
 
 
+def test_the_dropin_suite_keeps_its_off_preset_variant_under_another_preset():
+    (task,) = get_suite("dropin", frameworks=("sb3",), preset="default")
+    names = [v.name for v in task.variants]
+    assert len(names) == len(set(names))
+    assert {"sb3 drop-in[off]", "sb3 drop-in[default]", "sb3 rlaccel[default]"} <= set(names)
+    off = variant_config(next(v for v in task.variants if v.name == "sb3 drop-in[off]"))
+    assert off.replay_buffer.sampling_ratio == (1.0,)
+
+
 def test_bad_suite_and_frameworks_are_named():
     with pytest.raises(ConfigError, match="suite must be one of .* Did you mean 'quick'"):
         get_suite("quik")

@@ -104,8 +104,13 @@ def _in_precision(framework: str, dtype: str, preset: str = "classic_control") -
 SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
     "quick": ("CartPole-v1 DQN, SB3 and Tianshou (about 10 minutes on 2 cores with 5 seeds)", (
         Task("CartPole-v1", 100_000, 1_000, (
-            # drop-in[off]: one uniform level, so SB3's learning is left as it is: fused updates and lean
-            # collection alone
+            STOCK_SB3, drop_in("sb3", "classic_control"), accelerated("sb3", "classic_control"),
+            accelerated("tianshou", "classic_control"), replace(STOCK_TIANSHOU, steps=40_000),
+            replace(drop_in("tianshou", "classic_control"), steps=40_000), PPO_SB3,
+            drop_in("sb3", "classic_control", algo="ppo"))),)),
+    "dropin": ("CartPole-v1: the quick suite's variants plus the SB3 DQN drop-in with the off preset (one "
+               "uniform level: SB3's sampling, so fused updates and lean collection alone)", (
+        Task("CartPole-v1", 100_000, 1_000, (
             STOCK_SB3, drop_in("sb3", "classic_control"), drop_in("sb3", "off"), accelerated("sb3", "classic_control"),
             accelerated("tianshou", "classic_control"), replace(STOCK_TIANSHOU, steps=40_000),
             replace(drop_in("tianshou", "classic_control"), steps=40_000), PPO_SB3,
@@ -153,7 +158,7 @@ def get_suite(name: str, frameworks: tuple[str, ...] = ("sb3", "tianshou"), abla
             from rlaccel_plugins.loader import get_preset
 
             get_preset(preset)  # unknown names fail here, with a suggestion
-            variants = [v if v.stock else drop_in(v.framework, preset, v.algo) if v.dropin
+            variants = [v if v.stock or v.preset == "off" else drop_in(v.framework, preset, v.algo) if v.dropin
                         else _in_precision(v.framework, v.overrides["dtype"], preset)
                         if "dtype" in v.overrides else accelerated(v.framework, preset) for v in variants]
         if ablate:
