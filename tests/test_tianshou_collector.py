@@ -91,7 +91,7 @@ def _envs(count: int = 4, wrapper=None) -> DummyVectorEnv:
 def _collect(collector_class, algorithm, steps: int, exploration: bool = True, buffer=None, envs=None,
              episodes: tuple[int, ...] = (8,)) -> dict:
     envs = envs or _envs()
-    buffer = buffer if buffer is not None else VectorReplayBuffer(4_000, envs.env_num)
+    buffer = buffer if buffer is not None else VectorReplayBuffer(4_000, len(envs))
     collector = collector_class(algorithm, envs, buffer, exploration_noise=exploration)
     np.random.seed(9)
     torch.manual_seed(9)
@@ -165,6 +165,22 @@ def test_steps_the_lean_write_cannot_take_go_through_tianshous_add(lean_writes):
     lean = _collect(LeanCollector, copy.deepcopy(dqn), 1_000, envs=_envs(4, _InfoEveryThirdStep))
     assert differences(stock, lean) == []
     assert lean_writes["lean"] > 100 and lean_writes["tianshou"] > 100
+
+
+def test_envpool_envs_collect_lean_with_their_nested_infos(lean_writes):
+    pytest.importorskip("envpool")
+    import rlaccel_plugins as rla
+    from rlaccel_tianshou import LeanCollector
+
+    def envs():
+        pool = rla.make_vec_env("CartPole-v1", num_envs=4, backend="envpool", seed=5)
+        pool.action_space.seed(3)  # the random warm-up's draws (one space for all envs)
+        return pool
+
+    dqn = _dqn()
+    stock, lean = (_collect(cls, copy.deepcopy(dqn), 1_000, envs=envs()) for cls in (Collector, LeanCollector))
+    assert differences(stock, lean) == []
+    assert lean_writes["lean"] > 200 and lean_writes["tianshou"] == 1  # envpool's infos nest `players`
 
 
 def test_hooks_custom_stats_and_other_buffers_collect_through_tianshous_loop():

@@ -3,7 +3,7 @@
 ``ReplayBufferManager.add`` copies the step's ``Batch`` into a new one, sets its ``done``, and assigns it
 key by key into the storage; the collector first stacks every env's info dict into a ``Batch`` for it. For
 a step whose fields are numeric arrays of the storage's shapes and whose infos hold the storage's keys
-with scalar values — every step of a gymnasium env on Tianshou's vector envs, once the first step has
+(nested dicts included, as envpool's) with scalar values — every step of a gymnasium env on Tianshou's vector envs, once the first step has
 allocated the storage — :func:`add_step` does the same writes from the arrays themselves, and the same
 per-sub-buffer bookkeeping through Tianshou's own ``_update_state_pre_add``. Any other step returns None
 before touching the buffer, and the caller adds it as Tianshou does.
@@ -41,20 +41,38 @@ def _fits(value: object, column: object, rows: int) -> bool:
             and column.dtype.kind in _NUMERIC and value.shape[:1] == (rows,) and value.shape[1:] == column.shape[1:])
 
 
-def _info_columns(stored: Batch, infos: object, rows: int) -> dict | None:
-    columns = stored.__dict__
-    if type(infos) is not np.ndarray or infos.shape != (rows,):
-        return None
-    for column in columns.values():
-        if type(column) is not np.ndarray or column.ndim != 1 or column.dtype.kind not in _NUMERIC:
-            return None
-    for info in infos:
-        if type(info) is not dict or info.keys() != columns.keys():
-            return None
-        for value in info.values():
-            if type(value) not in _SCALARS:
+def _info_columns(stored: Batch, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], np.ndarray]] | None:
+    """The stored infos' leaf arrays with their key paths (envpool nests ``players``), or None where one is
+    not a 1-d numeric array."""
+    columns = []
+    for key, column in stored.__dict__.items():
+        if isinstance(column, Batch):
+            nested = _info_columns(column, (*path, key))
+            if nested is None:
                 return None
+            columns += nested
+        elif type(column) is np.ndarray and column.ndim == 1 and column.dtype.kind in _NUMERIC:
+            columns.append(((*path, key), column))
+        else:
+            return None
     return columns
+
+
+def _info_fits(info: object, stored: Batch) -> bool:
+    """Whether ``info`` holds exactly the stored keys, at every level, with scalar leaves."""
+    if type(info) is not dict or info.keys() != stored.__dict__.keys():
+        return False
+    for key, value in info.items():
+        column = stored.__dict__[key]
+        if not (_info_fits(value, column) if isinstance(column, Batch) else type(value) in _SCALARS):
+            return False
+    return True
+
+
+def _leaf(info: dict, path: tuple[str, ...]) -> object:
+    for key in path:
+        info = info[key]
+    return info
 
 
 def add_step(buffer: ReplayBufferManager, buffer_ids: np.ndarray, fields: dict[str, np.ndarray], infos: np.ndarray,
@@ -90,8 +108,9 @@ def add_step(buffer: ReplayBufferManager, buffer_ids: np.ndarray, fields: dict[s
             return None
     if fields["rew"].ndim != 1:  # a scalar return per episode (Tianshou's multi-agent rewards go through add)
         return None
-    info_columns = _info_columns(stored["info"], infos, rows)
-    if info_columns is None:
+    info_columns = _info_columns(stored["info"])
+    if (info_columns is None or type(infos) is not np.ndarray or infos.shape != (rows,)
+            or not all(_info_fits(info, stored["info"]) for info in infos)):
         return None
 
     subs, offsets, rew, done = buffer.buffers, buffer._offset, fields["rew"], fields["done"]
@@ -124,8 +143,9 @@ def add_step(buffer: ReplayBufferManager, buffer_ids: np.ndarray, fields: dict[s
     insertion = np.array(insertion)
     for key, value in fields.items():
         stored[key][insertion] = value
-    for key, column in info_columns.items():
-        column[insertion] = [info[key] for info in infos]
+    for path, column in info_columns:
+        column[insertion] = [info[path[0]] for info in infos] if len(path) == 1 else [_leaf(info, path)
+                                                                                      for info in infos]
     if isinstance(buffer, TieredVectorReplayBuffer):
         buffer.note_added(insertion)
     return insertion, returns, starts
