@@ -37,6 +37,18 @@ def test_cartpole_episode_ends_are_reported_on_both_backends(backend):
     env.close()
 
 
+@pytest.mark.needs('envpool', 'gymnasium')
+@pytest.mark.parametrize("backend", ["envpool", "gymnasium"])
+def test_the_seed_fixes_the_action_spaces_draws(backend):
+    def draws(seed):
+        env = rla.make_vec_env("CartPole-v1", num_envs=2, backend=backend, seed=seed)
+        out = [np.asarray(env.action_space.sample()).tolist() for _ in range(20)]
+        env.close()
+        return out
+
+    assert draws(3) == draws(3) != draws(4)
+
+
 @pytest.mark.needs('envpool', 'gymnasium', 'ale_py', 'cv2')
 def test_atari_preprocessing_is_the_same_on_both_backends():
     assert is_atari("Pong-v5") and not is_atari("CartPole-v1")

@@ -169,8 +169,9 @@ def test_steps_the_lean_write_cannot_take_go_through_tianshous_add(lean_writes):
 
 def test_envpool_envs_collect_lean_with_their_nested_infos(lean_writes):
     pytest.importorskip("envpool")
-    import rlaccel_plugins as rla
     from rlaccel_tianshou import LeanCollector
+
+    import rlaccel_plugins as rla
 
     def envs():
         pool = rla.make_vec_env("CartPole-v1", num_envs=4, backend="envpool", seed=5)

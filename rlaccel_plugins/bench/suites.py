@@ -108,8 +108,8 @@ SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
             accelerated("tianshou", "classic_control"), replace(STOCK_TIANSHOU, steps=40_000),
             replace(drop_in("tianshou", "classic_control"), steps=40_000), PPO_SB3,
             drop_in("sb3", "classic_control", algo="ppo"))),)),
-    "dropin": ("CartPole-v1: the quick suite's variants plus the SB3 DQN drop-in with the off preset (one "
-               "uniform level: SB3's sampling, so fused updates and lean collection alone)", (
+    "dropin": (("CartPole-v1: the quick suite's variants plus the SB3 DQN drop-in with the off preset (one "
+                "uniform level: SB3's sampling, so fused updates and lean collection alone)"), (
         Task("CartPole-v1", 100_000, 1_000, (
             STOCK_SB3, drop_in("sb3", "classic_control"), drop_in("sb3", "off"), accelerated("sb3", "classic_control"),
             accelerated("tianshou", "classic_control"), replace(STOCK_TIANSHOU, steps=40_000),

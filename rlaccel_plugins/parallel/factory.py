@@ -118,7 +118,8 @@ def build_builtin_env(env_id: str, num_envs: int, backend: str, seed: int, env_k
 
         extra = atari.envpool_kwargs() if atari is not None else {}
         extra["num_threads"] = envpool_threads(env_id, num_envs)
-        return envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed, **{**extra, **env_kwargs})
+        return _seeded_spaces(envpool.make_gymnasium(env_id, num_envs=num_envs, seed=seed, **{**extra, **env_kwargs}),
+                              seed)
     import gymnasium as gym
 
     mode = env_kwargs.pop("vectorization_mode", "async" if atari is not None else "sync")
@@ -126,10 +127,17 @@ def build_builtin_env(env_id: str, num_envs: int, backend: str, seed: int, env_k
         make = [lambda: atari.gymnasium_env(env_id) for _ in range(num_envs)]
         env = gym.vector.AsyncVectorEnv(make) if mode == "async" else gym.vector.SyncVectorEnv(make)
         env.reset(seed=seed)
-        return env
+        return _seeded_spaces(env, seed)
     try:
         env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **env_kwargs)
     except gym.error.Error as exc:
         raise ConfigError(f"env_id must be a registered gymnasium task, got env_id={env_id!r}: {exc}") from None
     env.reset(seed=seed)
+    return _seeded_spaces(env, seed)
+
+
+def _seeded_spaces(env: Any, seed: int) -> Any:
+    """``env`` with its action space seeded too: a collector's random warm-up (Tianshou draws from a vector
+    env's ``action_space``) then draws the same actions for the same ``seed``."""
+    env.action_space.seed(seed)
     return env
