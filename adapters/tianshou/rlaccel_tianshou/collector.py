@@ -178,10 +178,10 @@ class LeanCollector(Collector):
                           done=done_R, obs_next=obs_next_RO)
             added = step_write.add_step(buffer, ready_env_ids_R, fields, info_R, policy_R)
             if added is None:
+                policy_R = Batch() if policy_R is _EMPTY else policy_R  # the buffer may keep what it is given
                 step_batch_R = Batch(obs=last_obs_RO, act=act_RA, policy=policy_R, obs_next=obs_next_RO, rew=rew_R,
                                      terminated=terminated_R, truncated=truncated_R, done=done_R, info=info_R)
-                insertion_idx_R, ep_return_R, _, ep_start_idx_R = buffer.add(step_batch_R,
-                                                                                    buffer_ids=ready_env_ids_R)
+                insertion_idx_R, ep_return_R, _, ep_start_idx_R = buffer.add(step_batch_R, buffer_ids=ready_env_ids_R)
             else:
                 insertion_idx_R, ep_return_R, ep_start_idx_R = added
 
