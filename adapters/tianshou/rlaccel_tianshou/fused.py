@@ -574,34 +574,30 @@ def _flat_critic(critic: torch.nn.Module) -> Callable | None:
     return forward
 
 
-def _flat_deterministic_actor(actor: torch.nn.Module) -> Callable | None:
-    """``ContinuousActorDeterministic.forward(obs)``: ``max_action * tanh(last(preprocess(obs)))``."""
+def _flat_actor(actor: torch.nn.Module, output: Callable[[torch.Tensor], torch.Tensor]) -> Callable | None:
+    """An actor's ``forward(obs, state)``: ``output(last(preprocess(obs)))`` and the preprocess's state."""
     parts = _preprocess_and_last(actor)
     if parts is None:
         return None
     preprocess, last = parts
 
     def forward(obs: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
-        action, hidden = preprocess(obs, state)
-        return actor.max_action * torch.tanh(last(action)), hidden
+        x, hidden = preprocess(obs, state)
+        return output(last(x)), hidden
 
     return forward
+
+
+def _flat_deterministic_actor(actor: torch.nn.Module) -> Callable | None:
+    """``ContinuousActorDeterministic.forward(obs)``: ``max_action * tanh(last(preprocess(obs)))``."""
+    return _flat_actor(actor, lambda x: actor.max_action * torch.tanh(x))
 
 
 def _flat_discrete_actor(actor: torch.nn.Module) -> Callable | None:
     """``DiscreteActor.forward(obs)``: ``last(preprocess(obs))``, softmax-ed if the actor says so."""
-    parts = _preprocess_and_last(actor)
-    if parts is None:
-        return None
-    preprocess, last = parts
-    softmax = actor.softmax_output
-
-    def forward(obs: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
-        x, hidden = preprocess(obs, state)
-        x = last(x)
-        return (torch.nn.functional.softmax(x, dim=-1) if softmax else x), hidden
-
-    return forward
+    if actor.softmax_output:
+        return _flat_actor(actor, lambda x: torch.nn.functional.softmax(x, dim=-1))
+    return _flat_actor(actor, lambda x: x)
 
 
 def _flat_discrete_critic(critic: torch.nn.Module) -> Callable | None:
