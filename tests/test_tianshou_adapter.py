@@ -1,6 +1,8 @@
 """The Tianshou adapter with real Tianshou 2.0 training (small budgets)."""
 
+import ast
 import copy
+import os
 import pickle
 
 import gymnasium as gym
@@ -387,3 +389,31 @@ def seeded_dqn_run():
 def test_a_seeded_tianshou_run_with_the_tiered_buffer_is_reproducible():
     first, second = seeded_dqn_run(), seeded_dqn_run()
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_tianshous_numba_kernels_compile_once_per_machine_and_the_cache_can_be_turned_off():
+    import subprocess
+    import sys
+
+    from numba.core.caching import NullCache
+    from tianshou.algorithm import algorithm_base
+    from tianshou.data.buffer import manager
+
+    kernels = (manager._prev_index, manager._next_index, algorithm_base._gae, algorithm_base._nstep_return)
+    TieredVectorReplayBuffer(100, 2)  # this process compiles (or loads) and stores them
+    algorithm_base.Policy._compile()
+    assert all(not isinstance(kernel._cache, NullCache) for kernel in kernels)
+    names = "(manager._prev_index, manager._next_index, algorithm_base._gae, algorithm_base._nstep_return)"
+    new_process = ("from rlaccel_tianshou import TieredVectorReplayBuffer\n"
+                   "from tianshou.algorithm import algorithm_base\nfrom tianshou.data.buffer import manager\n"
+                   "TieredVectorReplayBuffer(100, 2); algorithm_base.Policy._compile()\n"
+                   f"print([sum(k.stats.cache_hits.values()) for k in {names}])")
+    turned_off = ("import rlaccel_tianshou.buffers\nfrom numba.core.caching import NullCache\n"
+                  "from tianshou.algorithm import algorithm_base\nfrom tianshou.data.buffer import manager\n"
+                  f"print([isinstance(k._cache, NullCache) for k in {names}])")
+    runs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "RLACCEL_NUMBA_CACHE": flag})
+            for code, flag in ((new_process, "1"), (turned_off, "0"))]
+    hits, off = (run.communicate(timeout=120)[0].strip().splitlines()[-1] for run in runs)
+    assert all(n >= 1 for n in ast.literal_eval(hits)), hits  # loaded from the cache, not compiled
+    assert ast.literal_eval(off) == [True] * 4

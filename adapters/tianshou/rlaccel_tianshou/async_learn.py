@@ -21,6 +21,9 @@ from tianshou.utils.torch_utils import policy_within_training_step
 
 from rlaccel_plugins.parallel.async_collect import AsyncCollector
 from rlaccel_plugins.parallel.ray_actors import cpu_weights
+from rlaccel_tianshou.kernel_cache import cache_tianshou_kernels
+
+cache_tianshou_kernels()  # before anything here compiles Tianshou's numba kernels
 
 
 def learn_async(algorithm: Any, envs: Any, buffer: Any, steps: int, *, batch_size: int = 64,

@@ -19,6 +19,9 @@ from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager
 from rlaccel_plugins.config import ReplayBufferConfig
 from rlaccel_plugins.replay import TieredSampler, TierLayout
 from rlaccel_plugins.replay.sizing import resolve_replay_config
+from rlaccel_tianshou.kernel_cache import cache_tianshou_kernels
+
+cache_tianshou_kernels()  # before anything here compiles Tianshou's numba kernels
 
 logger = logging.getLogger("rlaccel")
 

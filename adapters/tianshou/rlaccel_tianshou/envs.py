@@ -6,6 +6,9 @@ import gymnasium as gym
 from tianshou.env import DummyVectorEnv
 
 from rlaccel_plugins.parallel.factory import choose_backend, make_vec_env
+from rlaccel_tianshou.kernel_cache import cache_tianshou_kernels
+
+cache_tianshou_kernels()  # before anything here compiles Tianshou's numba kernels
 
 
 def make_envs(env_id: str, n: int, seed: int, envpool_ok: bool):

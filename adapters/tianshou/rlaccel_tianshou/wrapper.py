@@ -34,6 +34,9 @@ from rlaccel_plugins.metrics import collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard
 from rlaccel_plugins.updates.precision import update_autocast
+from rlaccel_tianshou.kernel_cache import cache_tianshou_kernels
+
+cache_tianshou_kernels()  # before anything here compiles Tianshou's numba kernels
 
 RLACCEL_STATE_KEY = "_rlaccel"
 RLACCEL_GUARD_KEY = "_rlaccel_guard"  # the gradient guard's counters and fp16 loss scale
