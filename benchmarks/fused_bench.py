@@ -4,7 +4,9 @@ For each algorithm and size, in one run and interleaved (rounds alternate which 
 model and buffer contents (CartPole transitions; the net sizes are what the step costs):
 
 - **stock**: the algorithm's own ``model.train(gradient_steps, batch_size)``;
-- **fused**: ``rlaccel_sb3.fused.fused_train_for(model)`` — what ``AccelerateCallback`` installs;
+- **fused**: ``rlaccel_sb3.fused.fused_train_for(model)`` — what ``AccelerateCallback`` installs; with
+  ``--fused-optimizer``, what it installs under ``training.fused_optimizer: true`` (the single-kernel
+  ``fused=True`` optimizer step, as the floor's; equal to the framework's within a tolerance, not bit for bit);
 - **floor**: a minimal hand-written step of the same math, no framework and no buffer: indices from
   ``torch.randint`` into preloaded tensors, target forward under ``no_grad``, online forward, the loss,
   backward, (DQN: ``clip_grad_norm_(foreach=True)``), ``Adam(fused=True)``, Polyak updates with
@@ -23,7 +25,7 @@ minibatch step, the whole update included; floor: SB3's PPO floor with ReLU MLPs
 
 Usage:
     python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--per-call K] [--algos dqn,qrdqn,sac,td3] [--frameworks sb3,tianshou]
-        [--tianshou-algos dqn,sac,td3,ddpg,ppo]
+        [--tianshou-algos dqn,sac,td3,ddpg,ppo] [--fused-optimizer]
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 SIZES = [((64, 64), 64), ((256, 256), 256)]  # (hidden layers, batch size)
+FUSED_OPTIMIZER = {"fused_optimizer": False}  # --fused-optimizer: the fused column with training.fused_optimizer
 
 
 def build(algo: str, hidden: tuple[int, ...], device: str = "cpu"):
@@ -177,19 +180,23 @@ def main() -> None:
     parser.add_argument("--frameworks", default="sb3,tianshou")
     parser.add_argument("--tianshou-algos", default="dqn,sac,td3,ddpg,ppo", help="Tianshou algorithms")
     parser.add_argument("--no-ppo", dest="ppo", action="store_false", help="skip the SB3 PPO rows")
+    parser.add_argument("--fused-optimizer", action="store_true",
+                        help="the fused column with training.fused_optimizer: true (single-kernel optimizer step)")
     args = parser.parse_args()
+    FUSED_OPTIMIZER["fused_optimizer"] = args.fused_optimizer
     from rlaccel_sb3.fused import fused_train_for
 
     torch.set_num_threads(torch.get_num_threads())
     print(f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
-          f"ms per gradient step, median of {args.rounds} interleaved rounds of {args.steps} steps")
+          f"ms per gradient step, median of {args.rounds} interleaved rounds of {args.steps} steps"
+          + ("; fused = with training.fused_optimizer" if args.fused_optimizer else ""))
     print(f"{'algorithm':<8} {'net':<9} {'batch':>5} {'stock':>7} {'fused':>7} {'floor':>7} "
           f"{'fused/stock':>11} {'fused/floor':>11} {'stock/floor':>11}")
     for algo in [a for a in args.algos.split(",") if a] if "sb3" in args.frameworks.split(",") else []:
         for hidden, batch in SIZES:
             stock_model = build(algo, hidden)
             fused_model = build(algo, hidden)
-            fused = fused_train_for(fused_model)
+            fused = fused_train_for(fused_model, **FUSED_OPTIMIZER)
             buf = stock_model.replay_buffer
             n = buf.pos
             data = {"obs": torch.as_tensor(buf.observations[:n, 0]),
@@ -245,7 +252,7 @@ def ppo_rows(rounds: int) -> None:
             model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
             models.append(model)
         steps = 20 * (256 // batch)
-        trains = {"stock": models[0].train, "fused": fused_train_for(models[1])}
+        trains = {"stock": models[0].train, "fused": fused_train_for(models[1], **FUSED_OPTIMIZER)}
         times = {"stock": [], "fused": [], "floor": []}
         for r in range(rounds):
             order = list(trains.items())
@@ -337,7 +344,7 @@ def tianshou_rows(steps: int, rounds: int) -> None:
                        target_update_freq=320)
 
         stock = algorithm()
-        fused = SparseDenseWrapper(algorithm(), config=load_config(preset="classic_control", fused_updates=True))
+        fused = SparseDenseWrapper(algorithm(), config=load_config(preset="classic_control", fused_updates=True, **FUSED_OPTIMIZER))
         buffer = VectorReplayBuffer(20_000, 10)
         collector = Collector(stock, DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(10)]), buffer)
         collector.reset()
@@ -396,7 +403,7 @@ def tianshou_actor_critic_rows(algo: str, steps: int, rounds: int) -> None:
     for hidden, batch in SIZES:
         stock = tianshou_actor_critic(algo, hidden)
         fused = SparseDenseWrapper(tianshou_actor_critic(algo, hidden),
-                                   config=load_config(preset="classic_control", fused_updates=True))
+                                   config=load_config(preset="classic_control", fused_updates=True, **FUSED_OPTIMIZER))
         buffer = VectorReplayBuffer(20_000, 10)
         collector = Collector(stock, DummyVectorEnv([lambda: gym.make("Pendulum-v1") for _ in range(10)]), buffer)
         collector.reset()
@@ -433,7 +440,7 @@ def tianshou_ppo_rows(rounds: int) -> None:
         return PPO(policy=policy, critic=critic, optim=AdamOptimizerFactory(lr=3e-4), gamma=0.99)
 
     stock = ppo()
-    fused = SparseDenseOnPolicyWrapper(ppo(), config=load_config(preset="classic_control", fused_updates=True))
+    fused = SparseDenseOnPolicyWrapper(ppo(), config=load_config(preset="classic_control", fused_updates=True, **FUSED_OPTIMIZER))
     for batch in (64, 256):
         buffer = VectorReplayBuffer(2_048, 8)
         collector = Collector(stock, DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(8)]), buffer)

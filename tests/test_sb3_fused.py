@@ -129,6 +129,45 @@ def test_a_one_line_change_to_the_loss_breaks_the_equivalence(monkeypatch):
     assert differences(stock["losses"], fused["losses"])
 
 
+# training.fused_optimizer: PyTorch's single-kernel Adam rounds differently from the multi-tensor one, so
+# the runs drift apart by float noise; 200 steps stay within this tolerance, and a one-line loss change does not
+FUSED_OPTIMIZER_TOLERANCE = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("algo", ["DQN", "SAC", "TD3"])
+def test_the_fused_optimizer_agrees_with_sb3s_train_within_its_tolerance(algo):
+    from rlaccel_sb3.fused import fused_train_for
+
+    stock, fused = _filled(algo, "ReplayBuffer"), _filled(algo, "ReplayBuffer")
+    train = fused_train_for(fused, fused_optimizer=True)
+    stock_run, fused_run = _run(stock, stock.train), _run(fused, train)
+    assert differences(stock_run, fused_run)  # the single-kernel step ran: not bit-identical
+    assert differences(stock_run, fused_run, **FUSED_OPTIMIZER_TOLERANCE) == []
+    groups = [g for o in _optimizers(fused) for g in o.param_groups]
+    assert all(not g.get("fused") and g.get("foreach") is None for g in groups)  # put back after each call
+
+
+def test_the_fused_optimizer_agrees_with_sb3s_ppo_and_a_one_line_loss_change_breaks_it(monkeypatch):
+    import torch.nn.functional as F
+    from rlaccel_sb3 import fused as fused_module
+
+    kwargs = dict(n_steps=128, batch_size=32, n_epochs=4, ent_coef=0.01)
+    monkeypatch.setattr(fused_module, "fused_train_for",
+                        lambda model, real=fused_module.fused_train_for: real(model, fused_optimizer=True))
+    stock, fused = _on_policy_run("PPO", False, 13, **dict(kwargs)), _on_policy_run("PPO", True, 13, **dict(kwargs))
+    assert differences(stock, fused) and differences(stock, fused, **FUSED_OPTIMIZER_TOLERANCE) == []
+
+    def huber_with_beta_0_99(model, observations, actions, target, weights, batch_size):
+        current = torch.gather(model.q_net(observations), dim=1, index=actions.long())
+        loss = F.smooth_l1_loss(current, target, beta=0.99)
+        return loss, loss
+
+    monkeypatch.setattr(fused_module, "_dqn_loss", huber_with_beta_0_99)
+    stock, fused = _filled("DQN", "ReplayBuffer"), _filled("DQN", "ReplayBuffer")
+    mutated = _run(fused, fused_module.fused_train_for(fused))
+    assert differences(_run(stock, stock.train)["losses"], mutated["losses"], **FUSED_OPTIMIZER_TOLERANCE)
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])  # bf16: the autocast wrapper around the fused train
 def test_the_callback_installs_the_fused_train_for_learn_only_and_never_saves_it(tmp_path, dtype):
     from rlaccel_sb3 import AccelerateCallback

@@ -245,7 +245,8 @@ class AccelerateCallback(SparseDenseCallback):
     updates, gradient guard, mixed precision, importance weights, metrics) plus **fused updates** — the
     algorithm's ``train()`` swapped for an equivalence-tested fused one (``rlaccel_sb3.fused``) at
     training start and put back at its end — where ``training.fused_updates`` allows (``auto``: where
-    one exists, one log line elsewhere; ``true``: required; ``false``: SB3's own). It is what
+    one exists, one log line elsewhere; ``true``: required; ``false``: SB3's own), with the optimizers'
+    single-kernel step where ``training.fused_optimizer`` asks for it. It is what
     ``accelerate(model)`` returns and what the README's drop-in uses.
 
     Examples:
@@ -260,11 +261,11 @@ class AccelerateCallback(SparseDenseCallback):
 
     def __init__(self, preset: str | None = None, sparse_update_interval: int | None = None,
                  dense_layers: list[int | str] | None = None, *, fused_updates: bool | str | None = None,
-                 fused_collection: bool | str | None = None, sparse: bool = True, config: AccelConfig | None = None,
-                 verbose: int = 0) -> None:
+                 fused_collection: bool | str | None = None, fused_optimizer: bool | None = None, sparse: bool = True,
+                 config: AccelConfig | None = None, verbose: int = 0) -> None:
         super().__init__(preset, sparse_update_interval, dense_layers, sparse=sparse, config=config, verbose=verbose)
-        overrides = {k: v for k, v in dict(fused_updates=fused_updates, fused_collection=fused_collection).items()
-                     if v is not None}
+        overrides = {k: v for k, v in dict(fused_updates=fused_updates, fused_collection=fused_collection,
+                                           fused_optimizer=fused_optimizer).items() if v is not None}
         if overrides:
             self.config = load_config(self.config, **overrides)
 
@@ -285,5 +286,6 @@ class AccelerateCallback(SparseDenseCallback):
         from rlaccel_plugins.fused.selection import select_fused
         from rlaccel_sb3.fused import SUPPORTED, fused_train_for
 
-        return select_fused(self.config.training.fused_updates, fused_train_for(self.model, guard=self.guard),
+        fused = fused_train_for(self.model, guard=self.guard, fused_optimizer=self.config.training.fused_optimizer)
+        return select_fused(self.config.training.fused_updates, fused,
                             algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED)

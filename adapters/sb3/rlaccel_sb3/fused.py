@@ -37,7 +37,8 @@ from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
 
 
-def fused_train_for(model, guard=None, cuda_graphs: bool = True) -> Callable[..., None] | None:
+def fused_train_for(model, guard=None, cuda_graphs: bool = True,
+                    fused_optimizer: bool = False) -> Callable[..., None] | None:
     """The fused ``train`` of ``model``'s algorithm, with SB3's signature (``(gradient_steps, batch_size)``
     off-policy, ``()`` on-policy), or None where there is no equivalence-tested one (an algorithm
     subclass that overrides ``train`` has none).
@@ -45,13 +46,16 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True) -> Callable[...
     On a CUDA device DQN, QR-DQN, SAC, TD3 and DDPG steps run as captured CUDA graphs
     (:class:`~rlaccel_plugins.fused.graphs.StepGraphs`) unless ``cuda_graphs=False``; ``guard`` is the
     :class:`~rlaccel_plugins.updates.guard.GradientGuard` the caller attaches to the model's optimizers
-    (checked on the device there). The returned function's ``release()`` drops the graphs and puts the
-    optimizers' kernels back (the callback calls it when it removes the override).
+    (checked on the device there). With ``fused_optimizer=True`` (``training.fused_optimizer``) the
+    optimizers step with PyTorch's single-kernel ``fused=True`` implementation instead of the multi-tensor
+    one: faster on the CPU, rounded differently (equal to SB3's within the tolerance
+    ``tests/test_sb3_fused.py`` states). The returned function's ``release()`` drops the graphs and puts
+    the optimizers' kernels back (the callback calls it when it removes the override).
     """
     from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 
     own = type(model).train
-    graphs = _GraphsPerModel(model, guard, cuda_graphs)
+    graphs = _GraphsPerModel(model, guard, cuda_graphs, fused_optimizer)
     if own is DQN.train:
         def train(gradient_steps: int, batch_size: int = 100) -> None:
             _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs)
@@ -63,10 +67,10 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True) -> Callable[...
             _td3_train(model, gradient_steps, batch_size, graphs)
     elif own is PPO.train:
         def train() -> None:
-            _ppo_train(model)
+            _ppo_train(model, fused_optimizer)
     elif own is A2C.train:
         def train() -> None:  # SB3's own, with the multi-tensor kernels and the lean evaluate_actions
-            _a2c_train(model)
+            _a2c_train(model, fused_optimizer)
     elif own is _qrdqn_train():
         def train(gradient_steps: int, batch_size: int = 100) -> None:
             _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs)
@@ -83,8 +87,9 @@ class _GraphsPerModel:
     next — a captured graph holds the addresses of the parameters, gradients and optimizer state — and
     dropped when those change (``optimizer.load_state_dict``) or on :meth:`release`."""
 
-    def __init__(self, model, guard, cuda_graphs: bool) -> None:
+    def __init__(self, model, guard, cuda_graphs: bool, fused_optimizer: bool = False) -> None:
         self.model, self.guard, self.cuda_graphs = model, guard, cuda_graphs
+        self.fused_optimizer = fused_optimizer  # the optimizers' single-kernel step (training.fused_optimizer)
         self.steps: StepGraphs | None = None
         self.reason: str | None = None  # why the steps run eagerly on a CUDA device
         self._fingerprint: tuple | None = None
@@ -272,7 +277,7 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
             return (loss.detach(),)
 
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
-        with OptimizerKernels(optimizers):
+        with OptimizerKernels(optimizers, fused=graphs.fused_optimizer):
             for batches in iter_batches(model, gradient_steps, batch_size):
                 discounts = batches.discounts if batches.discounts is not None else model.gamma
                 with torch.no_grad():
@@ -392,7 +397,7 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
             return critic_loss.detach(), actor_loss.detach()
 
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
-        with OptimizerKernels(optimizers):
+        with OptimizerKernels(optimizers, fused=graphs.fused_optimizer):
             for batches, i in _each_step(model, gradient_steps, batch_size):
                 model._n_updates += 1
                 update_actor = model._n_updates % model.policy_delay == 0
@@ -480,7 +485,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
             return (*outputs, critic_loss.detach(), actor_loss.detach())
 
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
-        with OptimizerKernels(optimizers):
+        with OptimizerKernels(optimizers, fused=graphs.fused_optimizer):
             for gradient_step, (batches, i) in enumerate(_each_step(model, gradient_steps, batch_size)):
                 update_target = gradient_step % model.target_update_interval == 0
                 inputs = _actor_critic_inputs(model, batches, i)
@@ -503,7 +508,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
 
 
 # ---------------------------------------------------------------------------------------- on-policy
-def _a2c_train(model) -> None:
+def _a2c_train(model, fused_optimizer: bool = False) -> None:
     """SB3's ``A2C.train`` (one optimizer step per call) with the multi-tensor optimizer kernels and, for
     an MLP policy, the lean ``evaluate_actions`` in place of the policy's for the call."""
     from stable_baselines3 import A2C
@@ -512,7 +517,7 @@ def _a2c_train(model) -> None:
 
     policy = model.policy
     evaluate_actions = lean_evaluate_actions_for(model)
-    with OptimizerKernels([policy.optimizer]):
+    with OptimizerKernels([policy.optimizer], fused=fused_optimizer):
         if evaluate_actions is None:
             A2C.train(model)
             return
@@ -523,7 +528,7 @@ def _a2c_train(model) -> None:
             policy.__dict__.pop("evaluate_actions", None)
 
 
-def _ppo_train(model) -> None:
+def _ppo_train(model, fused_optimizer: bool = False) -> None:
     """SB3's ``PPO.train`` with the multi-tensor optimizer and clipping, the policy's ``evaluate_actions``
     as the same tensor ops without module calls or distribution objects where the policy is an MLP one
     (``rlaccel_sb3.collection.lean_evaluate_actions_for``), and the logged values gathered as tensors
@@ -544,7 +549,7 @@ def _ppo_train(model) -> None:
     parameters = list(policy.parameters())
     loss = None
     continue_training = True
-    with OptimizerKernels([policy.optimizer]):
+    with OptimizerKernels([policy.optimizer], fused=fused_optimizer):
         for epoch in range(model.n_epochs):
             approx_kl_divs = []
             for rollout_data in model.rollout_buffer.get(model.batch_size):

@@ -185,14 +185,16 @@ def _weights(weight: np.ndarray | None, like: torch.Tensor) -> torch.Tensor | fl
 @contextlib.contextmanager
 def _training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarray, act: np.ndarray):
     """The context ``_update_with_batch`` runs in: train mode, the wrapper's layer trace, guard and
-    autocast, and multi-tensor optimizer kernels."""
+    autocast, and multi-tensor optimizer kernels (single-kernel ones with ``training.fused_optimizer``)."""
     from tianshou.utils.torch_utils import torch_train_mode
 
     # the train/eval switch walks every module twice per update (~15% of a small one); it changes
     # nothing for networks whose layers compute the same in both modes, so such networks skip it
     with contextlib.nullcontext() if _mode_free(*modules) else torch_train_mode(wrapper):
         wrapper._ensure_attached(_FirstBatch(obs, act))
-        with wrapper._autocast(), OptimizerKernels([optimizer._optim for optimizer in algorithm._optimizers]):
+        kernels = OptimizerKernels([optimizer._optim for optimizer in algorithm._optimizers],
+                                   fused=wrapper.rlaccel_config.training.fused_optimizer)
+        with wrapper._autocast(), kernels:
             yield
 
 
