@@ -104,7 +104,8 @@ def test_a_broken_display_never_breaks_training():
 def test_pong_command_starts_trains_logs_and_checkpoints(tmp_path, capsys):
     args = ["train", "--framework", "sb3", "--algo", "dqn", "--env", "Pong-v5", "--preset", "atari",
             "--steps", "640", "--eval-freq", "100000", "--no-progress", "--logdir", str(tmp_path),
-            "--set", "parallel_envs=8", "--set", "every_steps=320", "--hp", "learning_starts=0"]
+            "--set", "parallel_envs=8", "--set", "every_steps=320", "--hp", "learning_starts=0",
+            "--set", "batch_size=32"]  # the atari preset's 512-frame batches: 0.4 s per gradient step here
     assert main(args) == 0
     assert (tmp_path / "model.zip").exists()
     from rlaccel_plugins.checkpoint import CheckpointStore
