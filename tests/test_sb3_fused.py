@@ -196,6 +196,21 @@ def test_the_callback_installs_the_fused_train_for_learn_only_and_never_saves_it
     DQN.load(tmp_path / "during.zip", env=model.get_env()).learn(50)  # loads and trains as a plain SB3 model
 
 
+def test_the_callback_steps_with_the_fused_optimizer_only_inside_train_and_never_saves_it(tmp_path):
+    from rlaccel_sb3 import AccelerateCallback
+    from stable_baselines3 import DQN
+
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=100, train_freq=4, gradient_steps=2, seed=0)
+    optimizer, during = model.policy.optimizer, []
+    optimizer.register_step_pre_hook(lambda opt, *_: during.append(opt.param_groups[0]["fused"]))
+    model.learn(300, callback=AccelerateCallback(preset="classic_control", fused_optimizer=True, sparse=False))
+    assert during and all(during)  # every step of the fused train() ran the single kernel
+    assert not optimizer.param_groups[0]["fused"] and optimizer.param_groups[0]["foreach"] is None
+    model.save(tmp_path / "after.zip")
+    loaded = DQN.load(tmp_path / "after.zip")
+    assert not loaded.policy.optimizer.param_groups[0]["fused"]  # the user's optimizer as they made it
+
+
 def test_fused_updates_setting(caplog):
     from rlaccel_sb3 import AccelerateCallback
     from stable_baselines3 import DQN
