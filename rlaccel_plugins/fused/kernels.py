@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import torch
 
 MULTI_TENSOR = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.RMSprop)
+_CPU = torch.device("cpu")
 
 
 class OptimizerKernels:
@@ -73,8 +74,9 @@ def _move_steps(optimizer: torch.optim.Optimizer, group: dict) -> None:
     on_device = group.get("fused") or group.get("capturable")
     for p in group["params"]:
         step = optimizer.state.get(p, {}).get("step")
-        if torch.is_tensor(step):
-            optimizer.state[p]["step"] = step.to(p.device if on_device else "cpu")
+        device = p.device if on_device else _CPU
+        if torch.is_tensor(step) and step.device != device:  # on the CPU nothing moves: no .to() per update
+            optimizer.state[p]["step"] = step.to(device)
 
 
 @torch.no_grad()
