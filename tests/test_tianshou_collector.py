@@ -235,3 +235,52 @@ def test_other_policies_collect_through_tianshous_own_step():
     collector = LeanCollector(_ppo(), DummyVectorEnv([lambda: gym.make("CartPole-v1")]), VectorReplayBuffer(100, 1))
     _ = collector.reset()
     assert not collector.lean and collector.lean_loop and collector.collect(n_step=20).n_collected_steps == 20
+
+
+class _ModesSeen(gym.Wrapper):
+    """Records, at each env step, the training flag of every module of ``policy``."""
+
+    def __init__(self, env, policy, seen):
+        super().__init__(env)
+        self.policy, self.seen = policy, seen
+
+    def step(self, action):
+        self.seen.append([m.training for m in self.policy.modules()])
+        return self.env.step(action)
+
+
+class _KeepsEval(torch.nn.Module):
+    """A module whose ``train`` keeps it in eval mode (as users freeze batch norms) and counts its calls."""
+
+    calls = 0
+
+    def train(self, mode: bool = True):
+        type(self).calls += 1
+        return super().train(False)
+
+
+@pytest.mark.parametrize("override", [False, True])
+def test_collect_switches_the_policy_to_eval_mode_and_back_as_tianshou_does(override):
+    """Module flags during collection (seen from the env) and after it, from a policy in training mode with
+    one submodule in eval mode: the flat switch gives Tianshou's flags; a module that overrides ``train``
+    gets Tianshou's own switch, so its override runs."""
+    from rlaccel_tianshou import LeanCollector
+
+    runs = []
+    for cls in (Collector, LeanCollector):
+        dqn, seen = _dqn(), []
+        dqn.policy.train(True)
+        dqn.policy.model.model.eval()  # a mixed tree: Module.train(original) makes it uniform again
+        if override:
+            dqn.policy.frozen = _KeepsEval()
+        envs = DummyVectorEnv([lambda p=dqn.policy, s=seen: _ModesSeen(gym.make("CartPole-v1"), p, s) for _ in range(2)])
+        envs.seed(0)
+        collector = cls(dqn, envs, VectorReplayBuffer(200, 2), exploration_noise=True)
+        collector.reset()
+        _KeepsEval.calls = 0
+        collector.collect(n_step=20)
+        runs.append((seen, [m.training for m in dqn.policy.modules()], _KeepsEval.calls))
+    (stock_seen, stock_after, stock_calls), (lean_seen, lean_after, lean_calls) = runs
+    assert stock_seen == lean_seen and stock_after == lean_after and stock_calls == lean_calls
+    assert len(stock_seen) == 20 and not any(any(flags) for flags in stock_seen)
+    assert stock_after[0] and (stock_calls > 0) == override

@@ -16,7 +16,9 @@ policy's own ``add_exploration_noise`` (the same numpy draws). Equivalence is te
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from copy import copy
 from types import SimpleNamespace
 from typing import Any
@@ -25,8 +27,9 @@ import numpy as np
 import torch
 from tianshou.data import Batch, Collector, CollectStats
 from tianshou.data.buffer.buffer_base import MalformedBufferError
-from tianshou.data.collector import _dict_of_arr_to_arr_of_dicts, _nullable_slice
+from tianshou.data.collector import EpisodeRolloutHook, StepHook, _dict_of_arr_to_arr_of_dicts, _nullable_slice
 from tianshou.data.utils.converter import to_numpy
+from tianshou.utils.torch_utils import torch_train_mode
 
 from rlaccel_tianshou import step_write
 
@@ -113,6 +116,33 @@ class LeanCollector(Collector):
                 and cls.run_on_episode_done is Collector.run_on_episode_done
                 and cls._compute_action_policy_hidden is LeanCollector._compute_action_policy_hidden
                 and cls._reset_hidden_state_based_on_type is Collector._reset_hidden_state_based_on_type)
+
+    def collect(self, n_step: int | None = None, n_episode: int | None = None, random: bool = False,
+                render: float | None = None, reset_before_collect: bool = False,
+                gym_reset_kwargs: dict[str, Any] | None = None) -> CollectStats:
+        """Tianshou's ``BaseCollector.collect``, line for line, with its ``torch_train_mode(policy, False)``
+        done flat where no module of the policy overrides ``train`` (:func:`_eval_mode`)."""
+        self._validate_n_step_n_episode(n_episode, n_step)
+        if reset_before_collect:
+            self.reset(reset_buffer=False, gym_reset_kwargs=gym_reset_kwargs)
+        pre_collect_time = time.time()
+        with _eval_mode(self.policy):
+            collect_stats = self._collect(n_step=n_step, n_episode=n_episode, random=random, render=render,
+                                          gym_reset_kwargs=gym_reset_kwargs)
+        collect_time = time.time() - pre_collect_time
+        collect_stats.set_collect_time(collect_time, update_collect_speed=True)
+        collect_stats.refresh_all_sequence_stats()
+        if self.raise_on_nan_in_buffer and self.buffer.hasnull():
+            nan_batch = self.buffer.isnull().apply_values_transform(np.sum)
+            raise MalformedBufferError(
+                "NaN detected in the buffer. You can drop them with `buffer.dropnull()`. "
+                f"This error is most often caused by an incorrect use of {EpisodeRolloutHook.__name__}"
+                "together with the `n_steps` (instead of `n_episodes`) option, or by "
+                f"an incorrect implementation of {StepHook.__name__}."
+                "Here an overview of the number of NaNs per field: \n"
+                f"{nan_batch}",
+            )
+        return collect_stats
 
     def _collect(self, n_step: int | None = None, n_episode: int | None = None, random: bool = False,
                  render: float | None = None, gym_reset_kwargs: dict[str, Any] | None = None) -> CollectStats:
@@ -237,6 +267,29 @@ class LeanCollector(Collector):
 
 
 _EMPTY = Batch()  # the policy entry of a lean action step: nothing to store (add_step only reads its keys)
+
+
+@contextlib.contextmanager
+def _eval_mode(policy: torch.nn.Module):
+    """``torch_train_mode(policy, enabled=False)``: every module in eval mode, then every module in the
+    policy's mode from before (``Module.train`` sets the whole tree to one mode). ``Module.train`` walks
+    the tree through ``children()`` and ``Module.__setattr__``, twice per ``collect()`` call (~100 µs here
+    for a DQN's 11 modules); where no module overrides ``train`` the same flags are set on one list of
+    the modules. A module that overrides ``train`` or ``__setattr__`` gets Tianshou's own switch."""
+    modules = list(policy.modules())
+    if any(type(m).train is not torch.nn.Module.train or type(m).__setattr__ is not torch.nn.Module.__setattr__
+           for m in modules):
+        with torch_train_mode(policy, enabled=False):
+            yield
+        return
+    original_mode = policy.training
+    try:
+        for module in modules:
+            module.__dict__["training"] = False  # what Module.train's `self.training = mode` stores
+        yield
+    finally:
+        for module in modules:
+            module.__dict__["training"] = original_mode
 
 
 class _StepForStats:
