@@ -201,6 +201,7 @@ def test_a_loader_that_rebuilds_the_buffer_wrongly_is_caught_on_resume(tmp_path,
     assert "no checkpoint under" in capsys.readouterr().err and not (tmp_path / "resumed.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.needs("stable_baselines3")
 def test_a_sigkilled_run_resumes_from_its_last_timed_checkpoint(tmp_path):
     # checkpoints by wall time only (no every_steps), as every run with a logdir has by default

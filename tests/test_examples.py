@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.needs("stable_baselines3", "tianshou", "envpool")
+pytestmark = [pytest.mark.needs("stable_baselines3", "tianshou", "envpool"), pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -12,7 +12,9 @@ from rlaccel_plugins.errors import ConfigError
 from tests.log_helpers import tensorboard_tags
 
 ray = pytest.importorskip("ray", reason="the `ray` extra: pip install 'rlaccel-plugins[ray]'")
-pytestmark = pytest.mark.xdist_group("ray")  # one local cluster per module: under `pytest -n`, one worker runs them all
+# one local cluster per module: under `pytest -n`, one worker runs them all; slow (4-5 minutes in all, DQN
+# learning to 475 on it), so the group starts first rather than last
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
