@@ -124,6 +124,20 @@ def test_hasnull_checks_only_new_rows_and_still_finds_nan():
     assert buf.hasnull()
 
 
+@pytest.mark.parametrize("where", ["nowhere", "obs", "nested info", "object info"])
+def test_the_new_rows_null_check_is_tianshous_batch_hasnull(where):
+    from rlaccel_tianshou.buffers import _rows_hold_null
+
+    meta = Batch(obs=np.zeros((6, 3), np.float32), act=np.arange(6), done=np.zeros(6, bool),
+                 info=Batch(x=np.zeros(6), inner=Batch(y=np.ones(6, np.float32))), note=np.array(["a"] * 6, object))
+    {"nowhere": lambda: None, "obs": lambda: meta.obs.__setitem__((4, 1), np.nan),
+     "nested info": lambda: meta.info.inner.y.__setitem__(4, np.nan),
+     "object info": lambda: meta.note.__setitem__(4, None)}[where]()
+    for rows in (np.array([0, 1, 2]), np.array([3, 4])):
+        assert _rows_hold_null(meta, rows) is bool(meta[rows].hasnull())
+    assert _rows_hold_null(Batch(a=np.zeros(2), t=torch.zeros(2)), np.array([0])) is None  # not arrays: Tianshou's
+
+
 def test_frame_stacking_options_work_with_tiered_sampling():
     buf = TieredReplayBuffer(60, stack_num=4, save_only_last_obs=True, ignore_obs_next=True,
                              level_capacity=[10, 50], sampling_ratio=[0.5, 0.5])

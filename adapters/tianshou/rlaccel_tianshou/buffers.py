@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager
 
 from rlaccel_plugins.config import ReplayBufferConfig
@@ -94,7 +95,8 @@ class TieredSamplingMixin:
             return False
         written = np.unique(np.concatenate(self._unchecked))
         self._unchecked = []
-        return bool(self._meta[written].hasnull())
+        found = _rows_hold_null(self._meta, written)
+        return bool(self._meta[written].hasnull()) if found is None else found
 
     def stats(self) -> dict[str, float]:
         """``level_fill/L<i>`` and ``level_samples/L<i>``, as the core engine reports them."""
@@ -108,6 +110,24 @@ class TieredSamplingMixin:
     def __getstate__(self) -> dict[str, Any]:
         # pickled as it loads: the NaN bookkeeping restarts (a loaded buffer checks all its rows once)
         return {**self.__dict__, "_unchecked": [], "_check_everything": True}
+
+
+def _rows_hold_null(batch: Batch, rows: np.ndarray) -> bool | None:
+    """``batch[rows].hasnull()`` — ``pd.isnull`` of every leaf's rows, any true — read straight from the leaf
+    arrays (Tianshou builds the indexed ``Batch``, then a ``Batch`` of masks: ~0.4 ms for a step of 10
+    envs, and its trainer and collector each ask once per step); None where a leaf is not an array."""
+    for value in batch.values():
+        if isinstance(value, Batch):
+            found = _rows_hold_null(value, rows)
+            if found is not False:
+                return found
+        elif isinstance(value, np.ndarray):
+            # integer and boolean arrays hold no null (pd.isnull is all False for them)
+            if value.dtype.kind not in "biu" and np.any(pd.isnull(value[rows])):
+                return True
+        else:
+            return None
+    return False
 
 
 class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):
