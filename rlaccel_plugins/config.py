@@ -147,8 +147,8 @@ class TrainingConfig:
     net_arch: tuple[int, ...] | str = AUTO  # hidden layer sizes of MLP agents rlaccel builds; auto: the recipe's
     fused_updates: bool | str = AUTO  # the framework's update replaced by a fused equivalent; auto: where one exists
     fused_collection: bool | str = AUTO  # the framework's action selection in collection made lean; auto: where tested
-    # fused updates step Adam/AdamW/SGD/RMSprop with PyTorch's single-kernel fused=True implementation instead of
-    # the framework's multi-tensor one: faster, rounded differently (no longer bit-identical to the framework)
+    # fused updates step Adam/AdamW/SGD with PyTorch's single-kernel fused=True implementation instead of the
+    # framework's multi-tensor one: faster, rounded differently (no longer bit-identical to the framework)
     fused_optimizer: bool = False
 
     def __post_init__(self) -> None:

@@ -10,7 +10,9 @@ buffer's arrays (:mod:`rlaccel_tianshou.step_write`). For a ``DiscreteQLearningP
 Tianshou ``Net`` — whose forward does not read the infos — on array observations without an action
 mask, the action step is lean too: the same greedy actions from the same network (its flat layers)
 under ``torch.no_grad``, without the info, input and output ``Batch``es, and exploration left to the
-policy's own ``add_exploration_noise`` (the same numpy draws). Equivalence is tested step by step in
+policy's own ``add_exploration_noise`` (the same numpy draws). Each ``collect()`` call switches the
+policy to eval mode and back as Tianshou does, with the flags set on one list of modules instead of
+``Module.train``'s two recursive walks. Equivalence is tested step by step in
 ``tests/test_tianshou_collector.py``; ``python benchmarks/collect_bench.py --framework`` measures it.
 """
 
@@ -121,7 +123,7 @@ class LeanCollector(Collector):
                 render: float | None = None, reset_before_collect: bool = False,
                 gym_reset_kwargs: dict[str, Any] | None = None) -> CollectStats:
         """Tianshou's ``BaseCollector.collect``, line for line, with its ``torch_train_mode(policy, False)``
-        done flat where no module of the policy overrides ``train`` (:func:`_eval_mode`)."""
+        done flat where no module of the policy overrides ``train`` or ``__setattr__`` (:func:`_eval_mode`)."""
         self._validate_n_step_n_episode(n_episode, n_step)
         if reset_before_collect:
             self.reset(reset_buffer=False, gym_reset_kwargs=gym_reset_kwargs)
