@@ -109,7 +109,7 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                                   description="Run a benchmark suite: stock and rlaccel variants of each task in the "
                                               "same run, interleaved per seed; time-to-threshold (evaluation "
                                               "excluded), env steps, throughput, memory. Suites: quick, dropin (quick "
-                                              "plus the SB3 DQN drop-in with the off preset), precision, "
+                                              "plus the SB3 DQN drop-in with the off preset and with fused_optimizer), precision, "
                                               "classic, mujoco (InvertedPendulum SAC; needs the mujoco module), "
                                               "atari (a GPU job), atari-fps.")
     from rlaccel_plugins.bench.suites import SUITES  # light: no framework import

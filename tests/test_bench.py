@@ -59,9 +59,12 @@ def test_the_dropin_suite_keeps_its_off_preset_variant_under_another_preset():
     (task,) = get_suite("dropin", frameworks=("sb3",), preset="default")
     names = [v.name for v in task.variants]
     assert len(names) == len(set(names))
-    assert {"sb3 drop-in[off]", "sb3 drop-in[default]", "sb3 rlaccel[default]"} <= set(names)
+    assert {"sb3 drop-in[off]", "sb3 drop-in[default]", "sb3 rlaccel[default]",
+            "sb3 drop-in[default] + fused_optimizer"} <= set(names)
     off = variant_config(next(v for v in task.variants if v.name == "sb3 drop-in[off]"))
     assert off.replay_buffer.sampling_ratio == (1.0,)
+    fused = variant_config(next(v for v in task.variants if v.name.endswith("+ fused_optimizer")))
+    assert fused.training.fused_optimizer and fused.preset == "default"
 
 
 def test_bad_suite_and_frameworks_are_named():

@@ -57,11 +57,13 @@ PPO_SB3 = Variant("sb3 PPO stock (RL Zoo)", "sb3", algo="ppo", stock=True, role=
 FRAMEWORK_OVERRIDES = {("tianshou", "classic_control"): {"batch_size": 64, "replay_ratio": 32}}
 
 
-def drop_in(framework: str, preset: str, algo: str = "dqn") -> Variant:
+def drop_in(framework: str, preset: str, algo: str = "dqn", **overrides: Any) -> Variant:
     """The framework's stock recipe with only the drop-in the README shows (tiered buffer, and the
-    callback / wrapper with fused updates) for ``preset``; no hyper-parameter changed."""
+    callback / wrapper with fused updates) for ``preset``, plus config ``overrides`` (named in the
+    variant, e.g. ``fused_optimizer=True``); no hyper-parameter changed."""
     shown = f"{framework} {algo.upper() + ' ' if algo != 'dqn' else ''}drop-in[{preset}]"
-    return Variant(shown, framework, algo=algo, dropin=True, preset=preset)
+    shown += "".join(f" + {key}" if value is True else f" + {key}={value}" for key, value in overrides.items())
+    return Variant(shown, framework, algo=algo, dropin=True, preset=preset, overrides=overrides)
 
 
 def accelerated(framework: str, preset: str) -> Variant:
@@ -109,9 +111,11 @@ SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
             replace(drop_in("tianshou", "classic_control"), steps=40_000), PPO_SB3,
             drop_in("sb3", "classic_control", algo="ppo"))),)),
     "dropin": (("CartPole-v1: the quick suite's variants plus the SB3 DQN drop-in with the off preset (one "
-                "uniform level: SB3's sampling, so fused updates and lean collection alone)"), (
+                "uniform level: SB3's sampling, so fused updates and lean collection alone) and with "
+                "training.fused_optimizer"), (
         Task("CartPole-v1", 100_000, 1_000, (
-            STOCK_SB3, drop_in("sb3", "classic_control"), drop_in("sb3", "off"), accelerated("sb3", "classic_control"),
+            STOCK_SB3, drop_in("sb3", "classic_control"), drop_in("sb3", "off"),
+            drop_in("sb3", "classic_control", fused_optimizer=True), accelerated("sb3", "classic_control"),
             accelerated("tianshou", "classic_control"), replace(STOCK_TIANSHOU, steps=40_000),
             replace(drop_in("tianshou", "classic_control"), steps=40_000), PPO_SB3,
             drop_in("sb3", "classic_control", algo="ppo"))),)),
@@ -158,7 +162,8 @@ def get_suite(name: str, frameworks: tuple[str, ...] = ("sb3", "tianshou"), abla
             from rlaccel_plugins.loader import get_preset
 
             get_preset(preset)  # unknown names fail here, with a suggestion
-            variants = [v if v.stock or v.preset == "off" else drop_in(v.framework, preset, v.algo) if v.dropin
+            variants = [v if v.stock or v.preset == "off" else drop_in(v.framework, preset, v.algo, **v.overrides)
+                        if v.dropin
                         else _in_precision(v.framework, v.overrides["dtype"], preset)
                         if "dtype" in v.overrides else accelerated(v.framework, preset) for v in variants]
         if ablate:
