@@ -144,6 +144,17 @@ SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
 }
 
 
+def _under_preset(variant: Variant, preset: str) -> Variant:
+    """``variant`` with ``preset`` in place of the suite's: stock and ``off`` variants stay as they are."""
+    if variant.stock or variant.preset == "off":
+        return variant
+    if variant.dropin:
+        return drop_in(variant.framework, preset, variant.algo, **variant.overrides)
+    if "dtype" in variant.overrides:
+        return _in_precision(variant.framework, variant.overrides["dtype"], preset)
+    return accelerated(variant.framework, preset)
+
+
 def get_suite(name: str, frameworks: tuple[str, ...] = ("sb3", "tianshou"), ablate: bool = False,
               preset: str | None = None) -> tuple[Task, ...]:
     """The tasks of suite ``name``, keeping the variants of ``frameworks`` (plus ablations if asked);
@@ -162,10 +173,7 @@ def get_suite(name: str, frameworks: tuple[str, ...] = ("sb3", "tianshou"), abla
             from rlaccel_plugins.loader import get_preset
 
             get_preset(preset)  # unknown names fail here, with a suggestion
-            variants = [v if v.stock or v.preset == "off" else drop_in(v.framework, preset, v.algo, **v.overrides)
-                        if v.dropin
-                        else _in_precision(v.framework, v.overrides["dtype"], preset)
-                        if "dtype" in v.overrides else accelerated(v.framework, preset) for v in variants]
+            variants = [_under_preset(v, preset) for v in variants]
         if ablate:
             base = preset or next((v.preset for v in task.variants if v.role == "accelerated"), "default")
             variants += [a for fw in frameworks for a in ablations(fw, base)]

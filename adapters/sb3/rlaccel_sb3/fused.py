@@ -55,16 +55,16 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
     from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 
     own = type(model).train
-    graphs = _GraphsPerModel(model, guard, cuda_graphs, fused_optimizer)
+    graphs = _GraphsPerModel(model, guard, cuda_graphs)
     if own is DQN.train:
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs)
+            _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs, fused_optimizer)
     elif own is SAC.train:
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _sac_train(model, gradient_steps, batch_size, graphs)
+            _sac_train(model, gradient_steps, batch_size, graphs, fused_optimizer)
     elif own is TD3.train:  # DDPG too: SB3's DDPG is TD3 with one critic and no delay
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _td3_train(model, gradient_steps, batch_size, graphs)
+            _td3_train(model, gradient_steps, batch_size, graphs, fused_optimizer)
     elif own is PPO.train:
         def train() -> None:
             _ppo_train(model, fused_optimizer)
@@ -73,7 +73,7 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
             _a2c_train(model, fused_optimizer)
     elif own is _qrdqn_train():
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs)
+            _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs, fused_optimizer)
     else:
         return None
     train.__doc__ = f"rlaccel's fused {type(model).__name__}.train (same math, fewer ops)"
@@ -87,9 +87,8 @@ class _GraphsPerModel:
     next — a captured graph holds the addresses of the parameters, gradients and optimizer state — and
     dropped when those change (``optimizer.load_state_dict``) or on :meth:`release`."""
 
-    def __init__(self, model, guard, cuda_graphs: bool, fused_optimizer: bool = False) -> None:
+    def __init__(self, model, guard, cuda_graphs: bool) -> None:
         self.model, self.guard, self.cuda_graphs = model, guard, cuda_graphs
-        self.fused_optimizer = fused_optimizer  # the optimizers' single-kernel step (training.fused_optimizer)
         self.steps: StepGraphs | None = None
         self.reason: str | None = None  # why the steps run eagerly on a CUDA device
         self._fingerprint: tuple | None = None
@@ -257,7 +256,7 @@ def _flat(value: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------- value-based
 def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callable, loss_of: Callable,
-                 graphs: _GraphsPerModel) -> None:
+                 graphs: _GraphsPerModel, fused_optimizer: bool = False) -> None:
     """DQN-style ``train()``: the target network is fixed for the call, so all targets come first."""
     policy = model.policy
     policy.set_training_mode(True)
@@ -277,7 +276,7 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
             return (loss.detach(),)
 
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
-        with OptimizerKernels(optimizers, fused=graphs.fused_optimizer):
+        with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches in iter_batches(model, gradient_steps, batch_size):
                 discounts = batches.discounts if batches.discounts is not None else model.gamma
                 with torch.no_grad():
@@ -358,7 +357,8 @@ def _mean(values: list[torch.Tensor]) -> float:
     return np.mean(torch.stack(values).double().cpu().numpy())
 
 
-def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerModel) -> None:
+def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerModel,
+               fused_optimizer: bool = False) -> None:
     from rlaccel_plugins.fused import polyak_update_
 
     actor, critic = model.actor, model.critic
@@ -397,7 +397,7 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
             return critic_loss.detach(), actor_loss.detach()
 
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
-        with OptimizerKernels(optimizers, fused=graphs.fused_optimizer):
+        with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches, i in _each_step(model, gradient_steps, batch_size):
                 model._n_updates += 1
                 update_actor = model._n_updates % model.policy_delay == 0
@@ -430,7 +430,8 @@ def _actor_critic_inputs(model, batches: _Batches, i: int) -> tuple:
     return inputs + (batches.weights[i],) if batches.weights is not None else inputs
 
 
-def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerModel) -> None:
+def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerModel,
+               fused_optimizer: bool = False) -> None:
     from rlaccel_plugins.fused import polyak_update_
 
     actor, critic = model.actor, model.critic
@@ -485,7 +486,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
             return (*outputs, critic_loss.detach(), actor_loss.detach())
 
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
-        with OptimizerKernels(optimizers, fused=graphs.fused_optimizer):
+        with OptimizerKernels(optimizers, fused=fused_optimizer):
             for gradient_step, (batches, i) in enumerate(_each_step(model, gradient_steps, batch_size)):
                 update_target = gradient_step % model.target_update_interval == 0
                 inputs = _actor_critic_inputs(model, batches, i)

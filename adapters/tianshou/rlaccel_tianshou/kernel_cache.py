@@ -20,18 +20,14 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import os
 
-_DONE: list[bool] = []
 
-
+@functools.cache
 def cache_tianshou_kernels() -> bool:
     """Let numba cache Tianshou's jitted kernels on disk (once per process); whether it does."""
-    if _DONE:
-        return _DONE[0]
-    enabled = os.environ.get("RLACCEL_NUMBA_CACHE", "1") != "0" and _enable()
-    _DONE.append(enabled)
-    return enabled
+    return os.environ.get("RLACCEL_NUMBA_CACHE", "1") != "0" and _enable()
 
 
 def _enable() -> bool:

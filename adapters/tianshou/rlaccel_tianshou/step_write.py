@@ -144,8 +144,7 @@ def add_step(buffer: ReplayBufferManager, buffer_ids: np.ndarray, fields: dict[s
     for key, value in fields.items():
         stored[key][insertion] = value
     for path, column in info_columns:
-        column[insertion] = [info[path[0]] for info in infos] if len(path) == 1 else [_leaf(info, path)
-                                                                                      for info in infos]
+        column[insertion] = [_leaf(info, path) for info in infos]
     if isinstance(buffer, TieredVectorReplayBuffer):
         buffer.note_added(insertion)
     return insertion, returns, starts
