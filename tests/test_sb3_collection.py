@@ -311,3 +311,44 @@ def test_a_changed_transition_or_target_update_breaks_the_equivalence(monkeypatc
 
     monkeypatch.setattr(rollouts, "_lean_target_update_on_step", copying_target_update)
     assert differences(_learn("DQN", False, 800, tau=0.3), _learn("DQN", True, 800, tau=0.3))
+
+
+@pytest.mark.parametrize("algo", ["DQN", "QRDQN", "SAC", "TD3", "PPO", "A2C"])
+def test_the_flat_training_mode_switch_sets_sb3s_flags(algo):
+    """``set_training_mode(policy, mode)`` leaves every module's ``training`` flag where SB3's own
+    ``policy.set_training_mode(mode)`` does (target networks stay in eval mode), from a mixed start;
+    a policy or module with its own switch gets it run."""
+    import sb3_contrib
+    import stable_baselines3
+    from rlaccel_sb3.training_mode import set_training_mode
+
+    module = sb3_contrib if algo == "QRDQN" else stable_baselines3
+    env = "Pendulum-v1" if algo in ("SAC", "TD3") else "CartPole-v1"
+    policy = getattr(module, algo)("MlpPolicy", env, seed=0).policy
+    for i, m in enumerate(policy.modules()):  # a mixed start: every third module in train mode
+        m.training = i % 3 == 0
+    twin = copy.deepcopy(policy)
+    for mode in (True, False, True):
+        policy.set_training_mode(mode)
+        set_training_mode(twin, mode)
+        assert [m.training for m in policy.modules()] == [m.training for m in twin.modules()]
+    assert any(m.training for m in twin.modules()) and not all(m.training for m in twin.modules()) \
+        or algo in ("PPO", "A2C")  # off-policy targets stay in eval mode
+
+    calls = []
+    twin.set_training_mode = lambda mode: calls.append(mode)  # the instance's own switch runs
+    set_training_mode(twin, False)
+    assert calls == [False]
+    del twin.set_training_mode
+
+    class OwnSwitch(torch.nn.Linear):
+        def train(self, mode=True):
+            calls.append(("own", mode))
+            return super().train(mode)
+
+    twin.extra = OwnSwitch(1, 1) if algo in ("PPO", "A2C") else None
+    if twin.extra is None:
+        subtree = twin.critic if algo in ("SAC", "TD3") else getattr(twin, "q_net", None) or twin.quantile_net
+        subtree.extra = OwnSwitch(1, 1)
+    set_training_mode(twin, True)
+    assert ("own", True) in calls

@@ -191,8 +191,9 @@ def test_fused_update_is_tianshous_bit_for_bit(name, kind, kwargs):
     assert differences(stock, fused) == []
 
 
-def _stock_and_fused(algorithm, kind: str):
-    """The update run ``UPDATES`` times by Tianshou and fused, from the same algorithm and buffer."""
+def _stock_and_fused(algorithm, kind: str, **config):
+    """The update run ``UPDATES`` times by Tianshou and fused, from the same algorithm and buffer (both
+    wrappers with the ``config`` overrides)."""
     from rlaccel_tianshou import SparseDenseWrapper
 
     from rlaccel_plugins.loader import load_config
@@ -200,13 +201,29 @@ def _stock_and_fused(algorithm, kind: str):
     continuous = type(algorithm).__name__ in ("DDPG", "TD3", "SAC")
     buffer = _buffer(kind, algorithm, "Pendulum-v1" if continuous else "CartPole-v1")
     twin, twin_buffer = copy.deepcopy(algorithm), copy.deepcopy(buffer)
-    stock = SparseDenseWrapper(algorithm, config=load_config(preset="classic_control", fused_updates=False))
-    fused = SparseDenseWrapper(twin, config=load_config(preset="classic_control", fused_updates=True))
+    stock = SparseDenseWrapper(algorithm, config=load_config(preset="classic_control", fused_updates=False, **config))
+    fused = SparseDenseWrapper(twin, config=load_config(preset="classic_control", fused_updates=True, **config))
     assert fused.fused and not stock.fused
     (stock_run, _), (fused_run, fused_calls) = _run(stock, buffer), _run(fused, twin_buffer)
     assert fused_calls == UPDATES
     assert len(stock_run["gradients"]) >= UPDATES
     return stock_run, fused_run
+
+
+def test_the_fused_update_runs_in_fp32_only():
+    """Under ``precision.dtype: bf16`` the wrapper's autocast casts the outputs of the optimizers' modules
+    (DQN's policy) to fp32 for the loss; the fused update calls the networks inside them, so its loss
+    would see bf16 Q-values (measured: every update's loss off by bf16 rounding). There Tianshou's own
+    update runs (``auto``), and ``fused_updates=true`` is a clear error."""
+    from rlaccel_tianshou import SparseDenseWrapper
+
+    from rlaccel_plugins.errors import ConfigError
+    from rlaccel_plugins.loader import load_config
+
+    assert not SparseDenseWrapper(_algorithm(), config=load_config(dtype="bf16")).fused
+    assert SparseDenseWrapper(_algorithm(), config=load_config(dtype="fp32")).fused
+    with pytest.raises(ConfigError, match="fp32 only, got dtype='bf16'"):
+        SparseDenseWrapper(_algorithm(), config=load_config(dtype="bf16", fused_updates=True))
 
 
 @pytest.mark.parametrize("name", ["DQN", "SAC"])
@@ -446,3 +463,66 @@ def test_a_changed_layer_in_the_flat_forward_breaks_the_equivalence(monkeypatch)
     monkeypatch.setitem(flat.LAYERS, torch.nn.ReLU, lambda m, x: torch.nn.functional.leaky_relu(x, 1e-3))
     stock, fused = _stock_and_fused(_algorithm(), "vector")
     assert differences(stock, fused)
+
+
+def test_cached_flat_forwards_and_parameter_lists_follow_every_change_to_the_network():
+    """What the fused update keeps per network (flat forward, parameter list, mode check) is rebuilt
+    when a layer or parameter object is replaced or a forward or backward hook is added."""
+    from rlaccel_tianshou.fused import _forward, _mode_free, _parameters
+    from tianshou.utils.net.common import Net
+
+    net = Net(state_shape=3, action_shape=2, hidden_sizes=[8])
+    obs = torch.randn(4, 3)
+    flat, params = _forward(net), _parameters(net)
+    assert flat is not net and _forward(net) is flat and _parameters(net) is params and _mode_free(net)
+    net.model.model[0] = torch.nn.Linear(3, 8)  # a layer replaced
+    assert _forward(net) is not flat and torch.equal(_forward(net)(obs)[0], net(obs)[0])
+    assert _parameters(net)[0] is net.model.model[0].weight
+    net.model.model[2].weight = torch.nn.Parameter(torch.zeros(2, 8))  # a parameter object replaced
+    assert _parameters(net)[2] is net.model.model[2].weight and torch.equal(_forward(net)(obs)[0], net(obs)[0])
+    handle = net.model.model[2].register_full_backward_hook(lambda *args: None)
+    assert _forward(net) is net  # a backward hook runs only through the module's call
+    handle.remove()
+    assert _forward(net) is not net
+    net.model.model[1] = torch.nn.Dropout()
+    assert _forward(net) is net and not _mode_free(net)
+
+
+def test_buffer_reads_are_tianshous():
+    """The lean ``sample_indices`` gives Tianshou's indices and leaves every random state (the buffer's
+    and each sub-buffer's) as Tianshou's does (``choice``'s draws are what it reimplements);
+    ``unfinished_index`` gives Tianshou's indices (empty, ended and running sub-buffers)."""
+    from rlaccel_tianshou.buffer_reads import sample_indices, unfinished_index
+    from tianshou.data import Batch, ReplayBuffer, VectorReplayBuffer
+
+    rng = np.random.RandomState(0)
+    for seed in range(50):  # RandomState.choice's two draws, against numpy's own
+        n, k, p = rng.randint(1, 50_000), rng.randint(1, 300), rng.randint(0, 2_000, size=10).astype(float)
+        own, lean = np.random.RandomState(seed), np.random.RandomState(seed)
+        assert np.array_equal(own.choice(n, k), lean.randint(0, n, size=k))
+        p /= p.sum()
+        cdf = p.cumsum()
+        cdf /= cdf[-1]
+        assert np.array_equal(own.choice(10, k, p=p), cdf.searchsorted(lean.random_sample(k), side="right"))
+        assert str(own.get_state()) == str(lean.get_state())
+
+    def states(buffer):
+        return [str(b._random_state.get_state()) for b in [buffer, *getattr(buffer, "buffers", [])]]
+
+    vector, uneven, single = VectorReplayBuffer(400, 4), VectorReplayBuffer(400, 4), ReplayBuffer(50)
+    for t in range(130):
+        step = dict(act=[0, 1, 0, 1], rew=[1.0] * 4, terminated=[t % 7 == 0 or t == 127] * 4, truncated=[False] * 4,
+                    info={})
+        vector.add(Batch(obs=np.full((4, 1), t), obs_next=np.full((4, 1), t + 1), **step))
+        if t % 3:  # sub-buffers of different lengths (sub-buffer 0 empty; 1 ends on a done)
+            uneven.add(Batch(obs=np.full((2, 1), t), obs_next=np.full((2, 1), t + 1),
+                             **{k: v[:2] for k, v in step.items() if k != "info"}, info={}), buffer_ids=[t % 3, 3])
+        single.add(Batch(obs=np.full(1, t), obs_next=np.full(1, t + 1), **{k: v[0] for k, v in step.items()
+                                                                        if k != "info"}, info={}))
+    assert len(uneven.buffers[0]) == 0 and uneven.buffers[1].done[(uneven.buffers[1]._insertion_idx - 1)]
+    for buffer in (vector, uneven, single):
+        assert np.array_equal(unfinished_index(buffer), buffer.unfinished_index())
+        twin = copy.deepcopy(buffer)
+        for size in (1, 7, 64, 256, 0, None):
+            assert np.array_equal(sample_indices(buffer, size), twin.sample_indices(size))
+            assert states(buffer) == states(twin)

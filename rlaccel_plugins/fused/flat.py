@@ -4,8 +4,8 @@ Calling a ``torch.nn.Module`` costs a few µs of Python (hook checks, ``__call__
 arithmetic; a framework's network is often four modules deep around three ``Linear`` layers, so for
 the small MLPs of RL the calls cost more than the math. :func:`flat_layers` gives the same ops
 (``F.linear``, ``torch.relu``, ``torch.tanh`` on the same parameters: the same values and the same
-autograd graph, so the same gradients) as a plain function — only where no forward hook is registered
-on any of the modules involved (hooks run nowhere else), and only for layers it knows.
+autograd graph, so the same gradients) as a plain function — only where no forward or backward hook is
+registered on any of the modules involved (a module's call is what runs them), and only for layers it knows.
 
 Examples:
     >>> import torch
@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch.nn.modules import module as torch_module
+
+from rlaccel_plugins.fused.module_cache import global_call_hooks, has_call_hooks
 
 LAYERS: dict[type, Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]] = {
     torch.nn.Linear: lambda m, x: torch.nn.functional.linear(x, m.weight, m.bias),
@@ -36,7 +37,8 @@ LAYERS: dict[type, Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]] = {
 def flat_layers(modules: list[torch.nn.Module], *sequences: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The layers of ``sequences`` (each a ``Sequential`` of Linear/ReLU/Tanh, or one such layer), in
     order, as one function; None where a layer is anything else or any of ``modules`` (the containers
-    around them), the sequences or the layers has a forward hook, or a global one is set."""
+    around them), the sequences or the layers has a hook its call would run (forward or backward), or a
+    global one is set."""
     layers = []
     for sequence in sequences:
         if type(sequence) is torch.nn.Sequential:
@@ -45,9 +47,8 @@ def flat_layers(modules: list[torch.nn.Module], *sequences: torch.nn.Module) -> 
             layers.append(sequence)
         else:
             return None
-    if any(type(m) not in LAYERS for m in layers) or any(
-            m._forward_hooks or m._forward_pre_hooks for m in [*modules, *sequences, *layers]) or any(
-            (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks)):
+    if any(type(m) not in LAYERS for m in layers) or global_call_hooks() or any(
+            has_call_hooks(m) for m in [*modules, *sequences, *layers]):
         return None
     steps = [(LAYERS[type(m)], m) for m in layers]
 

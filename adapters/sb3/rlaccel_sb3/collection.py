@@ -28,6 +28,7 @@ import torch
 from gymnasium import spaces
 
 from rlaccel_plugins.fused.flat import flat_layers
+from rlaccel_sb3.training_mode import set_training_mode
 
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # PPO/A2C: MLP policy, no gSDE
 
@@ -116,7 +117,7 @@ def _policy_predict(model, epsilon_greedy: bool) -> Callable[[np.ndarray], np.nd
                 return np.array([action_space.sample() for _ in range(n_batch)])
             return np.array(action_space.sample())
         if policy.training:  # BasePolicy.predict switches to eval mode on every call; once is enough
-            policy.set_training_mode(False)
+            set_training_mode(policy, False)
         if plain_box and type(observation) is np.ndarray and observation.ndim == len(space.shape) + 1 \
                 and observation.shape[1:] == space.shape:
             device = policy.device if first_parameter is None else first_parameter.device

@@ -33,6 +33,8 @@ from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
+from rlaccel_plugins.fused.module_cache import parameters as module_parameters
+from rlaccel_sb3.training_mode import set_training_mode
 
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
 
@@ -259,11 +261,11 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
                  graphs: _GraphsPerModel, fused_optimizer: bool = False) -> None:
     """DQN-style ``train()``: the target network is fixed for the call, so all targets come first."""
     policy = model.policy
-    policy.set_training_mode(True)
+    set_training_mode(policy, True)
     model._update_learning_rate(policy.optimizer)
     losses = []
     if gradient_steps > 0:
-        parameters = list(policy.parameters())
+        parameters = module_parameters(policy)
         optimizers = [policy.optimizer]
 
         def step(observations, actions, target, weights=None):
@@ -362,13 +364,13 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
     from rlaccel_plugins.fused import polyak_update_
 
     actor, critic = model.actor, model.critic
-    model.policy.set_training_mode(True)
+    set_training_mode(model.policy, True)
     optimizers = [actor.optimizer, critic.optimizer]
     model._update_learning_rate(optimizers)
     actor_losses, critic_losses = [], []
     if gradient_steps > 0:
-        critic_pairs = list(critic.parameters()), list(model.critic_target.parameters())
-        actor_pairs = list(actor.parameters()), list(model.actor_target.parameters())
+        critic_pairs = module_parameters(critic), module_parameters(model.critic_target)
+        actor_pairs = module_parameters(actor), module_parameters(model.actor_target)
         parameters = [*critic_pairs[0], *actor_pairs[0]]
 
         def step(observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
@@ -435,15 +437,15 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
     from rlaccel_plugins.fused import polyak_update_
 
     actor, critic = model.actor, model.critic
-    model.policy.set_training_mode(True)
+    set_training_mode(model.policy, True)
     optimizers = [actor.optimizer, critic.optimizer]
     if model.ent_coef_optimizer is not None:
         optimizers += [model.ent_coef_optimizer]
     model._update_learning_rate(optimizers)
     ent_coef_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
     if gradient_steps > 0:
-        critic_pairs = list(critic.parameters()), list(model.critic_target.parameters())
-        parameters = [*critic_pairs[0], *actor.parameters()]
+        critic_pairs = module_parameters(critic), module_parameters(model.critic_target)
+        parameters = [*critic_pairs[0], *module_parameters(actor)]
         tuned = model.ent_coef_optimizer is not None and model.log_ent_coef is not None
 
         def step(observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
@@ -541,13 +543,13 @@ def _ppo_train(model, fused_optimizer: bool = False) -> None:
 
     policy = model.policy
     evaluate_actions = lean_evaluate_actions_for(model) or policy.evaluate_actions
-    policy.set_training_mode(True)
+    set_training_mode(policy, True)
     model._update_learning_rate(policy.optimizer)
     clip_range = model.clip_range(model._current_progress_remaining)
     clip_range_vf = model.clip_range_vf(model._current_progress_remaining) if model.clip_range_vf is not None else None
     entropy_losses, pg_losses, value_losses, clip_fractions = [], [], [], []
     approx_kl_divs: list = []
-    parameters = list(policy.parameters())
+    parameters = module_parameters(policy)
     loss = None
     continue_training = True
     with OptimizerKernels([policy.optimizer], fused=fused_optimizer):

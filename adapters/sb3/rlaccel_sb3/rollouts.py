@@ -36,6 +36,8 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import RolloutReturn, TrainFrequencyUnit
 from stable_baselines3.common.vec_env import VecEnv
 
+from rlaccel_sb3.training_mode import set_training_mode
+
 # the SB3 methods whose code the lean collect_rollouts inlines: it is used only where they are SB3's own
 _INLINED = ("_update_info_buffer", "_update_current_progress_remaining")
 
@@ -79,7 +81,7 @@ def collect_rollouts(self, env, callback, train_freq, replay_buffer, action_nois
     ``_update_info_buffer`` and ``_update_current_progress_remaining`` inlined. Its local names are
     SB3's: callbacks see the same ``locals()`` (no import, helper or new name in here)."""
     # Switch to eval mode (this affects batch norm / dropout)
-    self.policy.set_training_mode(False)
+    set_training_mode(self.policy, False)  # the same flags, written flat (training_mode.py)
 
     num_collected_steps, num_collected_episodes = 0, 0
 

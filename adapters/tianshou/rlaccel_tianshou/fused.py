@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import time
 import weakref
 from collections.abc import Callable
@@ -37,6 +38,9 @@ import torch
 
 from rlaccel_plugins.fused import OptimizerKernels, polyak_update_
 from rlaccel_plugins.fused.flat import flat_layers
+from rlaccel_plugins.fused.module_cache import cached
+from rlaccel_plugins.fused.module_cache import parameters as module_parameters
+from rlaccel_tianshou.buffer_reads import sample_indices, unfinished_index
 
 SUPPORTED = ("DQN and QRDQN on a Tianshou Net", "DDPG, TD3, SAC and PPO with Tianshou's actors and critics on a Net")
 
@@ -115,7 +119,19 @@ def _on_policy_update(learn: Callable) -> Callable[[Any, Any, int | None, int], 
     return functools.partial(_run_on_policy_update, learn)
 
 
+_updates = itertools.count()
+# the phase of the update in progress (its target side, then its training step under the wrapper's
+# autocast): within one, what is built from a network is checked against the network once
+_epoch: int | None = None
+
+
+def _next_epoch() -> None:
+    global _epoch
+    _epoch = next(_updates)
+
+
 def _run_update(learn: Callable, wrapper, buffer, sample_size: int | None, *args):
+    global _epoch
     algorithm = wrapper.wrapped_algorithm
     if not algorithm.policy.is_within_training_step:
         raise RuntimeError("update() must be called within policy_within_training_step (as Tianshou's own)")
@@ -123,8 +139,12 @@ def _run_update(learn: Callable, wrapper, buffer, sample_size: int | None, *args
     wrapper._last_buffer = buffer
     if hasattr(buffer, "_last_weights"):
         buffer._last_weights = None
-    indices = buffer.sample_indices(sample_size)  # the draws buffer.sample() makes
-    stats = learn(wrapper, algorithm, buffer, indices, getattr(buffer, "_last_weights", None), *args)
+    indices = sample_indices(buffer, sample_size)  # the draws buffer.sample() makes
+    _next_epoch()
+    try:
+        stats = learn(wrapper, algorithm, buffer, indices, getattr(buffer, "_last_weights", None), *args)
+    finally:
+        _epoch = None
     for lr_scheduler in wrapper.lr_schedulers:
         lr_scheduler.step()
     stats.train_time = time.time() - start_time
@@ -151,7 +171,7 @@ def _nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
     target_q_np = target_q.reshape(len(indices), -1).cpu().numpy()
     target_q_np *= Algorithm.value_mask(buffer, after_n).reshape(-1, 1)
     unfinished = np.zeros(len(buffer.done), dtype=bool)  # np.isin(stacked, unfinished_index()), as a lookup
-    unfinished[buffer.unfinished_index()] = True
+    unfinished[unfinished_index(buffer)] = True
     end_flags = buffer.done[stacked] | unfinished[stacked]  # buffer.done.copy(), only here
     positions = np.arange(stacked.size).reshape(stacked.shape)
     returns = _nstep_return(buffer.rew[stacked].reshape(-1), end_flags.reshape(-1), target_q_np, positions,
@@ -195,15 +215,20 @@ def _training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarra
         kernels = OptimizerKernels([optimizer._optim for optimizer in algorithm._optimizers],
                                    fused=wrapper.rlaccel_config.training.fused_optimizer)
         with wrapper._autocast(), kernels:
+            _next_epoch()  # autocast's hooks came with it: the networks are checked again
             yield
 
 
 def _polyak(algorithm) -> None:
     """``_update_lagged_network_weights`` of the Polyak mixin, as three multi-tensor ops."""
     pairs = algorithm._lagged_networks._lagged_network_pairs
-    sources = [p for pair in pairs for p in pair.source.parameters()]
-    targets = [p for pair in pairs for p in pair.target.parameters()]
+    sources = [p for pair in pairs for p in _parameters(pair.source)]
+    targets = [p for pair in pairs for p in _parameters(pair.target)]
     polyak_update_([p.data for p in sources], [p.data for p in targets], algorithm.tau, weighted_sum=True)
+
+
+def _parameters(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return module_parameters(module, _epoch)
 
 
 def _lagged(network: torch.nn.Module, mode_free: bool) -> torch.nn.Module:
@@ -498,7 +523,12 @@ def _policy_dist(policy, obs: torch.Tensor):
 def _forward(module: torch.nn.Module) -> Callable:
     """``module``'s forward for the float32 tensors the fused updates pass: the same tensor ops without
     module calls for Tianshou's networks of Linear/ReLU/Tanh layers (same values, same autograd graph),
-    else the module itself (other layers, or a forward hook registered: autocast's, a user's)."""
+    else the module itself (other layers, or a hook registered: autocast's, a user's). Built once per
+    module and rebuilt when its tree changes (``rlaccel_plugins.fused.module_cache``)."""
+    return cached(module, "forward", lambda: _flat_forward(module) or module, _epoch)
+
+
+def _flat_forward(module: torch.nn.Module) -> Callable | None:
     from tianshou.utils.net.common import Net
     from tianshou.utils.net.continuous import (
         ContinuousActorDeterministic,
@@ -510,8 +540,7 @@ def _forward(module: torch.nn.Module) -> Callable:
     build = {Net: _flat_net, ContinuousCritic: _flat_critic, ContinuousActorDeterministic: _flat_deterministic_actor,
              ContinuousActorProbabilistic: _flat_probabilistic_actor, DiscreteActor: _flat_discrete_actor,
              DiscreteCritic: _flat_discrete_critic}.get(type(module))
-    flat = build(module) if build is not None else None
-    return flat if flat is not None else module
+    return build(module) if build is not None else None
 
 
 def _flat_mlp(mlp: torch.nn.Module, containers: list[torch.nn.Module]) -> Callable | None:
@@ -643,6 +672,10 @@ MODE_FREE = (torch.nn.Linear, torch.nn.Sequential, torch.nn.ModuleList, torch.nn
 
 def _mode_free(*models: torch.nn.Module) -> bool:
     """Whether ``models`` compute the same in train and eval mode (Tianshou's networks of such layers)."""
+    return all(cached(model, "mode_free", functools.partial(_tree_mode_free, model), _epoch) for model in models)
+
+
+def _tree_mode_free(model: torch.nn.Module) -> bool:
     from tianshou.utils.net.common import MLP, Net
     from tianshou.utils.net.continuous import (
         ContinuousActorDeterministic,
@@ -653,7 +686,7 @@ def _mode_free(*models: torch.nn.Module) -> bool:
 
     containers = (Net, MLP, ContinuousActorDeterministic, ContinuousActorProbabilistic, ContinuousCritic,
                   DiscreteActor, DiscreteCritic)
-    return all(type(m) in containers or type(m) in MODE_FREE for model in models for m in model.modules())
+    return all(type(m) in containers or type(m) in MODE_FREE for m in model.modules())
 
 
 def _obs_next(buffer, indices: np.ndarray) -> np.ndarray:

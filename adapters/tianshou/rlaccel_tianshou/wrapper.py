@@ -15,6 +15,7 @@ traced lazily on the first training batch, so no example input is needed.
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 import torch
@@ -232,12 +233,25 @@ def wrap(algorithm: Any, **kwargs: Any):
 
 
 def _fused_update(algorithm, config: AccelConfig):
-    """The fused update ``training.fused_updates`` asks for (None: Tianshou's own)."""
+    """The fused update ``training.fused_updates`` asks for (None: Tianshou's own). In fp32 only: under
+    bf16/fp16 the wrapper's autocast casts the outputs of the optimizers' modules (e.g. DQN's policy) to
+    fp32 for the loss, and the fused update calls the networks inside them."""
     from rlaccel_plugins.fused.selection import select_fused
-    from rlaccel_tianshou.fused import SUPPORTED, fused_update_for
+    from rlaccel_plugins.updates.precision import resolve_dtype
+    from rlaccel_tianshou.fused import SUPPORTED, first_parameter, fused_update_for
 
-    return select_fused(config.training.fused_updates, fused_update_for(algorithm), algorithm=type(algorithm).__name__,
-                        framework="Tianshou", supported=SUPPORTED)
+    setting, fused = config.training.fused_updates, fused_update_for(algorithm)
+    dtype = config.precision.dtype
+    if fused is not None and setting is not False \
+            and resolve_dtype(dtype, str(first_parameter(algorithm).device)) != "fp32":
+        if setting is True:
+            raise ConfigError(f"fused_updates=true runs Tianshou's fused updates in fp32 only, got dtype={dtype!r}. "
+                              "Fix: fused_updates=auto (Tianshou's own update under autocast) or dtype=fp32.")
+        logging.getLogger("rlaccel").info("rlaccel: Tianshou's fused updates run in fp32 only; with dtype=%s "
+                                          "Tianshou's own update runs under autocast", dtype)
+        return None
+    return select_fused(setting, fused, algorithm=type(algorithm).__name__, framework="Tianshou",
+                        supported=SUPPORTED)
 
 
 def _config(config: AccelConfig | None, preset: str | None, interval: int | None, dense_layers) -> AccelConfig:
