@@ -1,0 +1,105 @@
+"""Per-call cost of the bookkeeping around a fused update: the framework's own way against rlaccel's, in one process.
+
+Interleaved rounds, the minimum per piece (the host's noise only ever adds time), µs per call:
+
+- Tianshou ``sample_indices(64)`` on a 10-env ``VectorReplayBuffer`` (its own: eleven ``choice`` calls)
+  against ``rlaccel_tianshou.buffer_reads.sample_indices`` (the same draws);
+- ``unfinished_index()`` of the same buffer against ``buffer_reads.unfinished_index``;
+- what a Tianshou TD3 update builds from its networks (64-64): every network's flat forward, the three
+  mode checks and the six parameter lists of the Polyak update, built from scratch against kept per
+  network (``rlaccel_plugins.fused.module_cache``: a snapshot check per network and update phase);
+- SB3's ``policy.set_training_mode(True)`` of a SAC and a DQN policy against
+  ``rlaccel_sb3.training_mode.set_training_mode`` (the same flags, written flat).
+
+Usage:
+    python benchmarks/update_overheads.py [--rounds 7] [--number 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import timeit
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+def tianshou_pieces() -> dict[str, tuple]:
+    from fused_bench import tianshou_actor_critic
+    from rlaccel_tianshou import buffer_reads
+    from rlaccel_tianshou import fused as ts_fused
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+
+    td3 = tianshou_actor_critic("td3", (64, 64))
+    buffer = VectorReplayBuffer(20_000, 10)
+    collector = Collector(td3, DummyVectorEnv([lambda: gym.make("Pendulum-v1") for _ in range(10)]), buffer)
+    collector.reset()
+    collector.collect(n_step=10_000, random=True)
+    forwards = [td3.actor_old, td3.critic_old, td3.critic2_old, td3.critic, td3.critic2, td3.critic, td3.policy.actor]
+    modes = [td3.policy.actor, td3.critic, td3.critic2]
+    pairs = td3._lagged_networks._lagged_network_pairs
+    polyak = [n for pair in pairs for n in (pair.source, pair.target)]
+
+    def built_from_scratch():
+        for network in forwards:
+            ts_fused._flat_forward(network)
+        ts_fused._tree_mode_free(modes[0]), ts_fused._tree_mode_free(modes[1]), ts_fused._tree_mode_free(modes[2])
+        for network in polyak:
+            list(network.parameters())
+
+    def kept():  # two update phases: the target side, then the training step
+        ts_fused._next_epoch()
+        for network in forwards[:3]:
+            ts_fused._forward(network)
+        ts_fused._next_epoch()
+        ts_fused._mode_free(*modes)
+        for network in forwards[3:]:
+            ts_fused._forward(network)
+        for network in polyak:
+            ts_fused._parameters(network)
+
+    return {"Tianshou sample_indices(64), 10-env vector buffer": (lambda: buffer.sample_indices(64),
+                                                                  lambda: buffer_reads.sample_indices(buffer, 64)),
+            "Tianshou unfinished_index(), 10-env vector buffer": (buffer.unfinished_index,
+                                                                  lambda: buffer_reads.unfinished_index(buffer)),
+            "Tianshou TD3 64-64: flat forwards, mode checks, parameter lists": (built_from_scratch, kept)}
+
+
+def sb3_pieces() -> dict[str, tuple]:
+    from rlaccel_sb3.training_mode import set_training_mode
+    from stable_baselines3 import DQN, SAC
+
+    pieces = {}
+    for name, model in (("SAC", SAC("MlpPolicy", "Pendulum-v1")), ("DQN", DQN("MlpPolicy", "CartPole-v1"))):
+        policy = model.policy
+        pieces[f"SB3 {name} policy.set_training_mode(True)"] = (lambda p=policy: p.set_training_mode(True),
+                                                                 lambda p=policy: set_training_mode(p, True))
+    return pieces
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--number", type=int, default=2000, help="calls per timing")
+    args = parser.parse_args()
+    np.random.seed(0)
+    torch.manual_seed(0)
+    pieces = {**tianshou_pieces(), **sb3_pieces()}
+    print(f"{platform.machine()}, torch {torch.__version__}; µs per call, minimum of {args.rounds} interleaved rounds "
+          f"of {args.number} calls")
+    print(f"{'piece':<66} {'own':>8} {'rlaccel':>8} {'ratio':>7}")
+    for name, (own, lean) in pieces.items():
+        times = {"own": [], "lean": []}
+        for r in range(args.rounds):
+            order = [("own", own), ("lean", lean)]
+            for key, call in order if r % 2 == 0 else order[::-1]:
+                times[key].append(timeit.timeit(call, number=args.number) / args.number * 1e6)
+        best = {k: min(v) for k, v in times.items()}
+        print(f"{name:<66} {best['own']:>8.1f} {best['lean']:>8.1f} {best['lean'] / best['own']:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
