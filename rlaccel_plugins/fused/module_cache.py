@@ -94,3 +94,10 @@ def cached(module: torch.nn.Module, key: str, build: Callable[[], T], epoch: int
 def parameters(module: torch.nn.Module, epoch: int | None = None) -> list[torch.nn.Parameter]:
     """``list(module.parameters())``, listed again only when the module's tree changes (do not modify it)."""
     return cached(module, "parameters", lambda: list(module.parameters()), epoch)
+
+
+def flags_set_mode(modules: list[torch.nn.Module]) -> bool:
+    """Whether writing ``module.__dict__["training"]`` on each of ``modules`` does what ``Module.train`` does
+    (no class among them overrides ``train`` or ``__setattr__``), without ``train``'s walk of the tree."""
+    return all(type(m).train is torch.nn.Module.train and type(m).__setattr__ is torch.nn.Module.__setattr__
+               for m in modules)

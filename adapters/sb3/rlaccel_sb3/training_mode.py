@@ -23,7 +23,7 @@ import functools
 
 import torch
 
-from rlaccel_plugins.fused.module_cache import cached
+from rlaccel_plugins.fused.module_cache import cached, flags_set_mode
 
 
 def set_training_mode(policy: torch.nn.Module, mode: bool) -> None:
@@ -78,7 +78,4 @@ def _qrdqn_method():
 def _plain_modules(root: torch.nn.Module) -> list[torch.nn.Module] | None:
     """``root``'s modules, or None where one overrides ``train`` or ``__setattr__`` (its own switch runs)."""
     modules = list(root.modules())
-    if any(type(m).train is not torch.nn.Module.train or type(m).__setattr__ is not torch.nn.Module.__setattr__
-           for m in modules):
-        return None
-    return modules
+    return modules if flags_set_mode(modules) else None

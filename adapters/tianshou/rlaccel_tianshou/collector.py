@@ -33,6 +33,7 @@ from tianshou.data.collector import EpisodeRolloutHook, StepHook, _dict_of_arr_t
 from tianshou.data.utils.converter import to_numpy
 from tianshou.utils.torch_utils import torch_train_mode
 
+from rlaccel_plugins.fused.module_cache import flags_set_mode
 from rlaccel_tianshou import step_write
 
 log = logging.getLogger("tianshou.data.collector")
@@ -279,8 +280,7 @@ def _eval_mode(policy: torch.nn.Module):
     for a DQN's 11 modules); where no module overrides ``train`` the same flags are set on one list of
     the modules. A module that overrides ``train`` or ``__setattr__`` gets Tianshou's own switch."""
     modules = list(policy.modules())
-    if any(type(m).train is not torch.nn.Module.train or type(m).__setattr__ is not torch.nn.Module.__setattr__
-           for m in modules):
+    if not flags_set_mode(modules):
         with torch_train_mode(policy, enabled=False):
             yield
         return
