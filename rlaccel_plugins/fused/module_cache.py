@@ -63,8 +63,7 @@ class _Snapshot:
         if self.hooked or global_call_hooks():
             return False
         for module, children, parameter_ids in self.entries:
-            if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks \
-                    or module._backward_pre_hooks or tuple(module._modules.values()) != children \
+            if has_call_hooks(module) or tuple(module._modules.values()) != children \
                     or tuple(map(id, module._parameters.values())) != parameter_ids:
                 return False
         return True
