@@ -9,7 +9,11 @@ Interleaved rounds, the minimum per piece (the host's noise only ever adds time)
   mode checks and the six parameter lists of the Polyak update, built from scratch against kept per
   network (``rlaccel_plugins.fused.module_cache``: a snapshot check per network and update phase);
 - SB3's ``policy.set_training_mode(True)`` of a SAC and a DQN policy against
-  ``rlaccel_sb3.training_mode.set_training_mode`` (the same flags, written flat).
+  ``rlaccel_sb3.training_mode.set_training_mode`` (the same flags, written flat);
+- what a fused SB3 SAC / TD3 gradient step runs through its networks — SAC: the actor's squashed-Gaussian
+  sample twice (next and current observations) and the critic three times, TD3: the target actor and
+  critic, the critic, the actor and ``q1_forward`` — forward and backward, through SB3's modules against
+  ``rlaccel_sb3.flat_actor_critic`` (the same ops without module calls).
 
 Usage:
     python benchmarks/update_overheads.py [--rounds 7] [--number 2000]
@@ -77,7 +81,42 @@ def sb3_pieces() -> dict[str, tuple]:
         policy = model.policy
         pieces[f"SB3 {name} policy.set_training_mode(True)"] = (lambda p=policy: p.set_training_mode(True),
                                                                  lambda p=policy: set_training_mode(p, True))
+    for algo, hidden, batch in (("SAC", (64, 64), 64), ("SAC", (256, 256), 256), ("TD3", (64, 64), 64)):
+        pieces[f"SB3 {algo} {hidden[0]}-{hidden[1]} b{batch}: a step's network calls, fwd + bwd"] = \
+            _actor_critic_calls(algo, hidden, batch)
     return pieces
+
+
+def _actor_critic_calls(algo: str, hidden: tuple[int, ...], batch: int) -> tuple:
+    from rlaccel_sb3 import flat_actor_critic as flat
+    from stable_baselines3 import SAC, TD3
+
+    model = {"SAC": SAC, "TD3": TD3}[algo]("MlpPolicy", "Pendulum-v1", seed=0, policy_kwargs=dict(net_arch=list(hidden)))
+    obs, act = torch.randn(batch, 3), torch.rand(batch, 1) * 2 - 1
+    actor, critic = model.actor, model.critic
+    if algo == "SAC":
+        own = (actor.action_log_prob, critic, model.critic_target)
+        lean = (flat.action_log_prob(actor), flat.critic_forward(critic), flat.critic_forward(model.critic_target))
+
+        def calls(sample, critic_call, target_call):
+            with torch.no_grad():
+                next_actions, _ = sample(obs)
+                target_call(obs, next_actions)
+            actions, log_prob = sample(obs)
+            q = critic_call(obs, act)
+            q_pi = critic_call(obs, actions)
+            (log_prob.sum() + q[0].sum() + q[1].sum() + q_pi[0].sum() + q_pi[1].sum()).backward()
+    else:
+        own = (actor, critic, critic.q1_forward, model.actor_target, model.critic_target)
+        lean = (flat.actor_forward(actor), flat.critic_forward(critic), flat.critic_q1(critic),
+                flat.actor_forward(model.actor_target), flat.critic_forward(model.critic_target))
+
+        def calls(actor_call, critic_call, q1_call, target_actor_call, target_critic_call):
+            with torch.no_grad():
+                target_critic_call(obs, target_actor_call(obs))
+            q = critic_call(obs, act)
+            (q[0].sum() + q[1].sum() - q1_call(obs, actor_call(obs)).sum()).backward()
+    return (lambda: calls(*own)), (lambda: calls(*lean))
 
 
 def main() -> None:

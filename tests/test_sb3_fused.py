@@ -106,6 +106,59 @@ def test_fused_train_is_sb3s_train_bit_for_bit(algo, buffer):
     assert differences(stock, fused) == []
 
 
+def test_the_flat_actors_and_critics_are_sb3s_networks_bit_for_bit():
+    """SAC's squashed-Gaussian actor, TD3's actor and the critics as flat functions: the same outputs,
+    random draws and gradients as SB3's modules; the modules themselves where a hook is registered or
+    the network is not an MLP on a 1-D Box (gSDE)."""
+    from rlaccel_sb3 import flat_actor_critic as flat
+    from stable_baselines3 import SAC, TD3
+
+    sac, td3 = (cls("MlpPolicy", "Pendulum-v1", seed=0, policy_kwargs=dict(net_arch=[16, 16])) for cls in (SAC, TD3))
+    obs, act = torch.randn(5, 3), torch.rand(5, 1) * 2 - 1
+    cases = [(flat.action_log_prob(sac.actor), sac.actor.action_log_prob, (obs,), sac.actor),
+             (flat.critic_forward(sac.critic), sac.critic, (obs, act), sac.critic),
+             (flat.critic_q1(td3.critic), td3.critic.q1_forward, (obs, act), td3.critic),
+             (flat.actor_forward(td3.actor), td3.actor, (obs,), td3.actor)]
+    for lean, own, inputs, network in cases:
+        assert lean is not own
+        results = []
+        for function in (own, lean):
+            network.zero_grad()
+            torch.manual_seed(4)
+            out = function(*inputs)
+            torch.stack([o.sum() for o in (out if isinstance(out, tuple) else (out,))]).sum().backward()
+            results.append((out, [None if p.grad is None else p.grad.clone() for p in network.parameters()],
+                            torch.get_rng_state()))
+        assert differences(results[0], results[1]) == []
+    handle = sac.actor.mu.register_forward_hook(lambda *args: None)
+    assert flat.action_log_prob(sac.actor) == sac.actor.action_log_prob  # the module's call runs the hook
+    handle.remove()
+    assert flat.action_log_prob(sac.actor) != sac.actor.action_log_prob
+    sde = SAC("MlpPolicy", "Pendulum-v1", seed=0, use_sde=True)
+    assert flat.action_log_prob(sde.actor) == sde.actor.action_log_prob
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TD3"])
+def test_a_changed_flat_actor_breaks_the_fused_actor_critic_equivalence(monkeypatch, algo):
+    """The bit-for-bit tests run the flat networks; SAC's log-probability 0.01% off, or TD3's actions,
+    make the same comparison fail."""
+    from rlaccel_sb3 import flat_actor_critic as flat
+
+    name = "_action_log_prob" if algo == "SAC" else "_actor_forward"
+    original = getattr(flat, name)
+
+    def changed(actor):
+        function = original(actor)
+
+        def off(obs):
+            out = function(obs)
+            return (out[0], out[1] * 1.0001) if algo == "SAC" else out * 1.0001
+        return off
+
+    monkeypatch.setattr(flat, name, changed)
+    assert differences(*_stock_and_fused(algo, "ReplayBuffer"))
+
+
 @pytest.mark.parametrize("algo", ["DQN", "SAC", "TD3"])
 def test_fused_train_with_importance_weights_matches_sb3_with_its_weight_hook(algo):
     stock, fused = _stock_and_fused(algo, "TieredWeighted")

@@ -23,6 +23,7 @@ see ``tests/test_sb3_fused.py`` for the tolerance and where the op order differs
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from gymnasium import spaces
 from rlaccel_plugins.fused import OptimizerKernels
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
+from rlaccel_sb3 import flat_actor_critic as flat
 from rlaccel_sb3.training_mode import set_training_mode
 
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
@@ -359,6 +361,9 @@ def _mean(values: list[torch.Tensor]) -> float:
     return np.mean(torch.stack(values).double().cpu().numpy())
 
 
+_train_calls = itertools.count()
+
+
 def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerModel,
                fused_optimizer: bool = False) -> None:
     from rlaccel_plugins.fused import polyak_update_
@@ -369,26 +374,31 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
     model._update_learning_rate(optimizers)
     actor_losses, critic_losses = [], []
     if gradient_steps > 0:
-        critic_pairs = module_parameters(critic), module_parameters(model.critic_target)
-        actor_pairs = module_parameters(actor), module_parameters(model.actor_target)
+        epoch = next(_train_calls)  # each network's tree is checked once per call
+        critic_pairs = module_parameters(critic, epoch), module_parameters(model.critic_target, epoch)
+        actor_pairs = module_parameters(actor, epoch), module_parameters(model.actor_target, epoch)
         parameters = [*critic_pairs[0], *actor_pairs[0]]
+        actor_f, critic_f, q1_f = flat.actor_forward(actor, epoch), flat.critic_forward(critic, epoch), \
+            flat.critic_q1(critic, epoch)
+        target_actor_f, target_critic_f = (flat.actor_forward(model.actor_target, epoch),
+                                           flat.critic_forward(model.critic_target, epoch))
 
         def step(observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
                  update_actor: bool):
             with torch.no_grad():
                 noise = actions.clone().data.normal_(0, model.target_policy_noise)
                 noise = noise.clamp(-model.target_noise_clip, model.target_noise_clip)
-                next_actions = (model.actor_target(next_observations) + noise).clamp(-1, 1)
-                next_q = torch.cat(model.critic_target(next_observations, next_actions), dim=1)
+                next_actions = (target_actor_f(next_observations) + noise).clamp(-1, 1)
+                next_q = torch.cat(target_critic_f(next_observations, next_actions), dim=1)
                 next_q, _ = torch.min(next_q, dim=1, keepdim=True)
                 target = rewards + (1 - dones) * discounts * next_q
-            critic_loss, weighted = _critic_losses(critic(observations, actions), target, weights)
+            critic_loss, weighted = _critic_losses(critic_f(observations, actions), target, weights)
             critic.optimizer.zero_grad()
             weighted.backward()
             steps.optimizer_step(critic.optimizer)
             if not update_actor:
                 return (critic_loss.detach(),)
-            actor_loss = -critic.q1_forward(observations, actor(observations)).mean()
+            actor_loss = -q1_f(observations, actor_f(observations)).mean()
             actor.optimizer.zero_grad()
             actor_loss.backward()
             steps.optimizer_step(actor.optimizer)
@@ -444,15 +454,18 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
     model._update_learning_rate(optimizers)
     ent_coef_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
     if gradient_steps > 0:
-        critic_pairs = module_parameters(critic), module_parameters(model.critic_target)
-        parameters = [*critic_pairs[0], *module_parameters(actor)]
+        epoch = next(_train_calls)  # each network's tree is checked once per call
+        critic_pairs = module_parameters(critic, epoch), module_parameters(model.critic_target, epoch)
+        parameters = [*critic_pairs[0], *module_parameters(actor, epoch)]
+        sample_f, critic_f = flat.action_log_prob(actor, epoch), flat.critic_forward(critic, epoch)
+        target_critic_f = flat.critic_forward(model.critic_target, epoch)
         tuned = model.ent_coef_optimizer is not None and model.log_ent_coef is not None
 
         def step(observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
                  update_target: bool):
             if model.use_sde:
                 actor.reset_noise()
-            actions_pi, log_prob = actor.action_log_prob(observations)
+            actions_pi, log_prob = sample_f(observations)
             log_prob = log_prob.reshape(-1, 1)
             outputs = ()
             if tuned:
@@ -466,17 +479,17 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
                 ent_coef = model.ent_coef_tensor
             outputs += (ent_coef.detach().reshape(()),)
             with torch.no_grad():
-                next_actions, next_log_prob = actor.action_log_prob(next_observations)
-                next_q = torch.cat(model.critic_target(next_observations, next_actions), dim=1)
+                next_actions, next_log_prob = sample_f(next_observations)
+                next_q = torch.cat(target_critic_f(next_observations, next_actions), dim=1)
                 next_q, _ = torch.min(next_q, dim=1, keepdim=True)
                 next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
                 target = rewards + (1 - dones) * discounts * next_q
-            critic_loss, weighted = _critic_losses(critic(observations, actions), target, weights)
+            critic_loss, weighted = _critic_losses(critic_f(observations, actions), target, weights)
             critic_loss, weighted = 0.5 * critic_loss, 0.5 * weighted
             critic.optimizer.zero_grad()
             weighted.backward()
             steps.optimizer_step(critic.optimizer)
-            q_values_pi = torch.cat(critic(observations, actions_pi), dim=1)
+            q_values_pi = torch.cat(critic_f(observations, actions_pi), dim=1)
             min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
             actor_loss = (ent_coef * log_prob - min_qf_pi).mean()
             actor.optimizer.zero_grad()

@@ -247,8 +247,8 @@ def _dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
     def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
         online, _ = _forward(model)(obs_next)
         target_q = _forward(_lagged(dqn.model_old, mode_free))(obs_next)[0] if dqn.use_target_network else online
-        if dqn.is_double:
-            return target_q[np.arange(len(target_q)), online.argmax(dim=1).cpu().numpy()]
+        if dqn.is_double:  # Tianshou indexes with the argmax as numpy arrays: the same values
+            return target_q.gather(1, online.argmax(dim=1, keepdim=True)).squeeze(1)
         return target_q.max(dim=1)[0]
 
     returns = _nstep_returns(dqn, buffer, indices, dqn.n_step, target_q_of)
@@ -256,7 +256,7 @@ def _dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
     with _training(wrapper, dqn, [model], obs, act):
         dqn._periodically_update_lagged_network_weights()
         q = _forward(model)(_as_input(dqn, obs))[0]
-        q = q[np.arange(len(q)), act]
+        q = q.gather(1, torch.as_tensor(act, dtype=torch.long, device=q.device).reshape(-1, 1)).squeeze(1)
         returns = returns.flatten().to(q.dtype)
         if dqn.huber_loss_delta is not None:
             loss = torch.nn.functional.huber_loss(q.reshape(-1, 1), returns.reshape(-1, 1),
