@@ -191,7 +191,7 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
             actions = mean
         else:  # Normal.rsample
             actions = mean + torch.empty(mean.shape, dtype=mean.dtype, device=mean.device).normal_() * std
-        return actions, _gaussian_log_prob(actions, mean, std)
+        return actions, gaussian_log_prob(actions, mean, std)
 
     sample = categorical if categorical_actions else gaussian
 
@@ -229,7 +229,7 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
     def gaussian(mean: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         std = _gaussian_std(policy, mean)
         # log-probability before entropy, as SB3 asks them: the order autograd sums std's gradients in
-        log_prob = _gaussian_log_prob(actions, mean, std)
+        log_prob = gaussian_log_prob(actions, mean, std)
         entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
         return log_prob, _sum_independent_dims(entropy)
 
@@ -256,9 +256,12 @@ def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:
     return torch.ones_like(mean) * policy.log_std.exp()
 
 
-def _gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """``Normal.log_prob``, summed over the action dims as SB3 does."""
-    return _sum_independent_dims(-((actions - mean) ** 2) / (2 * std**2) - std.log() - LOG_SQRT_2PI)
+def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """``Normal(mean, std).log_prob(actions)`` in its op order (the order autograd sums ``std``'s gradients
+    in), summed over the action dims as SB3 does."""
+    var = std**2
+    log_scale = std.log()
+    return _sum_independent_dims(-((actions - mean) ** 2) / (2 * var) - log_scale - LOG_SQRT_2PI)
 
 
 def _sum_independent_dims(tensor: torch.Tensor) -> torch.Tensor:

@@ -30,15 +30,13 @@ Examples:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.module_cache import cached
-
-LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+from rlaccel_sb3.collection import gaussian_log_prob
 
 
 def action_log_prob(actor: torch.nn.Module, epoch: int | None = None) -> Callable:
@@ -94,9 +92,7 @@ def _action_log_prob(actor: torch.nn.Module) -> Callable | None:
         std = torch.ones_like(mean) * torch.clamp(log_std(latent), LOG_STD_MIN, LOG_STD_MAX).exp()
         gaussian = mean + torch.empty(mean.shape, dtype=mean.dtype, device=mean.device).normal_() * std  # rsample
         actions = torch.tanh(gaussian)
-        var = std**2  # Normal.log_prob, in its op order (the order autograd sums std's gradients in)
-        log_scale = std.log()
-        log_prob = (-((gaussian - mean) ** 2) / (2 * var) - log_scale - LOG_SQRT_2PI).sum(dim=1)
+        log_prob = gaussian_log_prob(gaussian, mean, std)
         log_prob -= torch.sum(torch.log(1 - actions**2 + epsilon), dim=1)  # the tanh correction
         return actions, log_prob
 
