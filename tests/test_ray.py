@@ -48,6 +48,19 @@ def _counting_worker(index):
     return Counting()
 
 
+def test_the_pool_hands_each_actors_chunks_over_in_the_order_it_made_them():
+    """An actor runs its calls in order, but Ray may report a later call done before an earlier one:
+    the pool takes a done request only when every earlier request of that actor is taken, and waits on
+    each actor's earliest pending one (no Ray needed: the requests are plain keys here)."""
+    from rlaccel_plugins.parallel.ray_actors import RayActorPool
+
+    pool = RayActorPool(_counting_worker, 2)
+    pool._in_flight = {"a0": 0, "b0": 1, "a1": 0, "b1": 1, "a2": 0}
+    assert pool._in_request_order({"a1", "b0", "a2"}) == (["b0"], ["a0", "b1"])
+    assert pool._in_request_order({"a0", "a1", "b1"}) == (["a0", "a1"], ["b0", "a2"])
+    assert pool._in_request_order(set(pool._in_flight)) == (list(pool._in_flight), [])
+
+
 def test_the_pool_counts_every_chunk_and_restarts_a_killed_actor_with_the_newest_weights(cluster):
     from rlaccel_plugins.parallel.ray_actors import RayActorPool
 

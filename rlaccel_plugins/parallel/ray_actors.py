@@ -248,15 +248,21 @@ class RayActorPool:
             actor.load_weights.remote(self._weights_ref, version)
 
     def receive(self, timeout: float = 60.0) -> list[Chunk]:
-        """The chunks ready now (waits for at least one); each one taken frees a request slot of its
-        actor, which is refilled at once. Chunks lost with a dead actor are counted, not returned."""
+        """The chunks ready now (waits for at least one), each actor's in the order it made them; each
+        one taken frees a request slot of its actor, which is refilled at once. Chunks lost with a dead
+        actor are counted, not returned."""
         if not self._in_flight:
             raise RuntimeError("no Ray actor is collecting: every actor's requests failed "
                                f"{self.max_consecutive_failures} rounds in a row")
-        ready, _ = self.ray.wait(list(self._in_flight), num_returns=1, timeout=timeout)
-        if not ready:
-            raise TimeoutError(f"no chunk arrived from {self.num_actors} Ray actors in {timeout:.0f} s")
-        ready, _ = self.ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
+        deadline, waiting_on = time.monotonic() + timeout, list(self._in_flight)
+        while True:
+            ready, _ = self.ray.wait(waiting_on, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError(f"no chunk arrived from {self.num_actors} Ray actors in {timeout:.0f} s")
+            ready, waiting_on = self._in_request_order(
+                set(self.ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)[0]))
+            if ready:
+                break
         chunks, now = [], time.time()
         for ref in ready:
             index = self._in_flight.pop(ref)
@@ -277,6 +283,21 @@ class RayActorPool:
             chunks.append(chunk)
             self._request(index)
         return chunks
+
+    def _in_request_order(self, done: set) -> tuple[list[Any], list[Any]]:
+        """Of the requests in flight, those in ``done`` that no earlier request of the same actor is still
+        waiting for (an actor runs its calls in order, but Ray may report a later one done first), and the
+        earliest waiting request of each actor that has one."""
+        taken, heads, waiting = [], [], set()
+        for ref, index in self._in_flight.items():  # insertion order: each actor's requests in order
+            if index in waiting:
+                continue
+            if ref in done:
+                taken.append(ref)
+            else:
+                waiting.add(index)
+                heads.append(ref)
+        return taken, heads
 
     def _request(self, index: int) -> None:
         ref = self.actors[index].collect.remote(dict(self.params))
