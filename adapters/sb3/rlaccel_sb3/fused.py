@@ -14,7 +14,9 @@ loss, ``.item()``, backward, clip, step):
   arithmetic, one kernel per op for all parameters); losses are logged once per call, no ``.item()``
   per step;
 - importance weights of the tiered buffer are applied in the loss directly (SB3's own path scales
-  the output gradients through a hook).
+  the output gradients through a hook);
+- SAC's, TD3's and DDPG's ``MlpPolicy`` actors and critics run as flat functions of the same tensor
+  ops, without module calls or distribution objects (``rlaccel_sb3.flat_actor_critic``).
 
 Equal to SB3's ``train()``, tested step by step (losses, gradients, parameters, optimizer state, RNG):
 see ``tests/test_sb3_fused.py`` for the tolerance and where the op order differs.
