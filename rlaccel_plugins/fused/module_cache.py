@@ -22,6 +22,7 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -70,6 +71,13 @@ class _Snapshot:
 
 
 _SNAPSHOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_EPOCHS = itertools.count()
+
+
+def new_epoch() -> int:
+    """A fresh ``epoch`` for :func:`cached` (e.g. one per update), unique across every caller: calls with
+    it check each module's tree once."""
+    return next(_EPOCHS)
 
 
 def cached(module: torch.nn.Module, key: str, build: Callable[[], T], epoch: int | None = None) -> T:

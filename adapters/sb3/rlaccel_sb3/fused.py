@@ -25,7 +25,6 @@ see ``tests/test_sb3_fused.py`` for the tolerance and where the op order differs
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +35,7 @@ from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
+from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
 from rlaccel_sb3.training_mode import set_training_mode
@@ -363,9 +363,6 @@ def _mean(values: list[torch.Tensor]) -> float:
     return np.mean(torch.stack(values).double().cpu().numpy())
 
 
-_train_calls = itertools.count()
-
-
 def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerModel,
                fused_optimizer: bool = False) -> None:
     from rlaccel_plugins.fused import polyak_update_
@@ -376,7 +373,7 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
     model._update_learning_rate(optimizers)
     actor_losses, critic_losses = [], []
     if gradient_steps > 0:
-        epoch = next(_train_calls)  # each network's tree is checked once per call
+        epoch = new_epoch()  # each network's tree is checked once per call
         critic_pairs = module_parameters(critic, epoch), module_parameters(model.critic_target, epoch)
         actor_pairs = module_parameters(actor, epoch), module_parameters(model.actor_target, epoch)
         parameters = [*critic_pairs[0], *actor_pairs[0]]
@@ -456,7 +453,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
     model._update_learning_rate(optimizers)
     ent_coef_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
     if gradient_steps > 0:
-        epoch = next(_train_calls)  # each network's tree is checked once per call
+        epoch = new_epoch()  # each network's tree is checked once per call
         critic_pairs = module_parameters(critic, epoch), module_parameters(model.critic_target, epoch)
         parameters = [*critic_pairs[0], *module_parameters(actor, epoch)]
         sample_f, critic_f = flat.action_log_prob(actor, epoch), flat.critic_forward(critic, epoch)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import time
 import weakref
 from collections.abc import Callable
@@ -38,7 +37,7 @@ import torch
 
 from rlaccel_plugins.fused import OptimizerKernels, polyak_update_
 from rlaccel_plugins.fused.flat import flat_layers
-from rlaccel_plugins.fused.module_cache import cached
+from rlaccel_plugins.fused.module_cache import cached, new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_tianshou.buffer_reads import sample_indices, unfinished_index
 
@@ -119,7 +118,6 @@ def _on_policy_update(learn: Callable) -> Callable[[Any, Any, int | None, int], 
     return functools.partial(_run_on_policy_update, learn)
 
 
-_updates = itertools.count()
 # the phase of the update in progress (its target side, then its training step under the wrapper's
 # autocast): within one, what is built from a network is checked against the network once
 _epoch: int | None = None
@@ -127,7 +125,7 @@ _epoch: int | None = None
 
 def _next_epoch() -> None:
     global _epoch
-    _epoch = next(_updates)
+    _epoch = new_epoch()
 
 
 def _run_update(learn: Callable, wrapper, buffer, sample_size: int | None, *args):
