@@ -117,3 +117,23 @@ def test_restore_last_good_undoes_a_step_that_made_the_weights_non_finite():
     assert guard.stats["restored_steps"] == 1 and guard.stats["skipped_steps"] == 0
     assert all(torch.equal(b, p) for b, p in zip(before, net.parameters()))
     assert GradientGuard.from_config(rla.load_config(skip_nonfinite=False, restore_last_good=True)) is not None
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32,), (torch.float32, torch.float64)], ids=["one-group", "mixed"])
+def test_the_guards_norm_and_clip_are_torchs_bit_for_bit(dtypes):
+    """The guard's and the fused updates' norm skips torch's per-call grouping; the result must not move."""
+    from rlaccel_plugins.fused.kernels import clip_grad_norm, total_norm
+
+    torch.manual_seed(0)
+    shapes = [(256, 17), (256,), (256, 256), (256,), (1, 256), (1,)]
+    params = [torch.nn.Parameter(torch.randn(s, dtype=dtypes[i % len(dtypes)])) for i, s in enumerate(shapes)]
+    for p in params[:-1]:  # the last one has no gradient, as a frozen layer in a sparse step
+        p.grad = torch.randn_like(p) * 3
+    grads = [p.grad for p in params if p.grad is not None]
+    assert torch.equal(total_norm(grads), torch.nn.utils.get_total_norm(grads))
+    copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for c, p in zip(copies, params):
+        c.grad = None if p.grad is None else p.grad.clone()
+    ours, theirs = clip_grad_norm(params, 1.0), torch.nn.utils.clip_grad_norm_(copies, 1.0)
+    assert torch.equal(ours, theirs)
+    assert all(torch.equal(p.grad, c.grad) for p, c in zip(params[:-1], copies[:-1])) and params[-1].grad is None

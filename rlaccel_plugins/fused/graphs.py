@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from rlaccel_plugins.fused.kernels import OptimizerKernels
+from rlaccel_plugins.fused.kernels import OptimizerKernels, clip_grad_norm, total_norm
 
 log = logging.getLogger("rlaccel")
 
@@ -193,11 +193,8 @@ class StepGraphs:
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if not params:
             return None
-        grads = [p.grad for p in params]
-        norm = torch.nn.utils.get_total_norm(grads, foreach=True)
         limit = self.guard.max_grad_norm
-        if limit is not None:
-            torch.nn.utils.clip_grads_with_norm_(params, limit, norm, foreach=True)
+        norm = total_norm([p.grad for p in params]) if limit is None else clip_grad_norm(params, limit)
         found_inf = (~torch.isfinite(norm)).float() if self.guard.skip_nonfinite else torch.zeros_like(norm)
         clipped = (norm > limit).float() if limit is not None else torch.zeros_like(norm)
         if self._counts is None:

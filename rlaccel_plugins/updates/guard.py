@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from rlaccel_plugins.fused.kernels import clip_grad_norm, total_norm
 from rlaccel_plugins.updates.loss_scale import LossScaler
 
 log = logging.getLogger("rlaccel")
@@ -102,9 +103,9 @@ class GradientGuard:
         self.stats["guarded_steps"] += 1
         limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
         if self.max_grad_norm is None:  # the norm only: scaling every gradient by 1.0 changes nothing
-            norm = float(torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True))
+            norm = float(total_norm([p.grad for p in params]))
         else:
-            norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+            norm = float(clip_grad_norm(params, limit))
         finite = math.isfinite(norm)
         if self.loss_scaler is not None:
             self.loss_scaler.update(finite)

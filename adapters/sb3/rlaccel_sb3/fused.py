@@ -35,6 +35,7 @@ from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
+from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
@@ -277,7 +278,7 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
             policy.optimizer.zero_grad()
             weighted.backward()
             if model.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(parameters, model.max_grad_norm, foreach=True)
+                clip_grad_norm(parameters, model.max_grad_norm)
             steps.optimizer_step(policy.optimizer)
             return (loss.detach(),)
 
@@ -604,7 +605,7 @@ def _ppo_train(model, fused_optimizer: bool = False) -> None:
                         break
                 policy.optimizer.zero_grad()
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(parameters, model.max_grad_norm, foreach=True)
+                clip_grad_norm(parameters, model.max_grad_norm)
                 policy.optimizer.step()
             model._n_updates += 1
             if not continue_training:
