@@ -12,12 +12,14 @@ gradient steps (``rlaccel bench`` measures time to 475, where seed noise decides
 drop-in is the tiered buffer plus ``AccelerateCallback(preset=...)``: fused ``train()`` and lean
 collection. ``--callback-only`` adds a variant with SB3's own ``ReplayBuffer`` and the callback, which
 splits what the buffer costs or saves from what the callback does. Rounds alternate the order; each ratio is
-the median over rounds of variant / stock within a round. Also reported: the share of stock's time in
-``train()`` (Amdahl: what a faster update can give at most).
+the median over rounds of variant / stock within a round. With ``--segment``, one model per variant
+learns in segments of that many env steps, the variants taking turns (the order alternating), and the
+ratio is the median over segments: the host's drifts over minutes then hit every variant alike.
+Also reported: the share of stock's time in ``train()`` (Amdahl: what a faster update can give at most).
 
 Usage:
     python benchmarks/dropin_learn.py [--task dqn-cartpole] [--steps 12000] [--rounds 3] [--callback-only]
-    python benchmarks/dropin_learn.py --task sac-pendulum --steps 2000 --rounds 3 --callback-only
+    python benchmarks/dropin_learn.py --task sac-pendulum --steps 3000 --segment 250 --callback-only
 """
 
 from __future__ import annotations
@@ -38,32 +40,38 @@ VARIANTS = ("stock", "drop-in", "drop-in + fused_optimizer")
 CALLBACK_ONLY = "SB3 ReplayBuffer + callback"
 
 
-def learn_seconds(task: str, variant: str, steps: int) -> tuple[float, float]:
-    """(seconds for ``learn(steps)``, seconds of it inside ``train()``)."""
-    cls, algo, env_id, preset = TASKS[task]
-    settings = zoo_settings(algo, env_id)
-    settings.pop("n_timesteps", None)
-    callback = None
-    if variant != "stock":
-        if variant != CALLBACK_ONLY:
-            settings.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset=preset))
-        callback = AccelerateCallback(preset=preset, fused_optimizer=variant.endswith("fused_optimizer"))
-    model = cls("MlpPolicy", env_id, seed=0, device="cpu", **settings)
-    in_train = [0.0]
-    train = type(model).train
+class Run:
+    """One variant's model, learning in as many ``learn()`` calls as asked (the count goes on)."""
 
-    def timed_train(self, *args, **kwargs):
+    def __init__(self, task: str, variant: str) -> None:
+        cls, algo, env_id, preset = TASKS[task]
+        settings = zoo_settings(algo, env_id)
+        settings.pop("n_timesteps", None)
+        self.callback = None
+        if variant != "stock":
+            if variant != CALLBACK_ONLY:
+                settings.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset=preset))
+            self.callback = AccelerateCallback(preset=preset, fused_optimizer=variant.endswith("fused_optimizer"))
+        self.model = cls("MlpPolicy", env_id, seed=0, device="cpu", **settings)
+        self.in_train, self.calls = 0.0, 0
+        if variant == "stock":  # the drop-in swaps train() itself; its share is not reported
+            train = type(self.model).train
+
+            def timed_train(model, *args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return train(model, *args, **kwargs)
+                finally:
+                    self.in_train += time.perf_counter() - start
+
+            self.model.train = timed_train.__get__(self.model)
+
+    def learn(self, steps: int) -> float:
+        """Seconds for ``learn(steps)``, going on from the previous call."""
         start = time.perf_counter()
-        try:
-            return train(self, *args, **kwargs)
-        finally:
-            in_train[0] += time.perf_counter() - start
-
-    if variant == "stock":  # the drop-in swaps train() itself; its share is not reported
-        model.train = timed_train.__get__(model)
-    start = time.perf_counter()
-    model.learn(steps, callback=callback)
-    return time.perf_counter() - start, in_train[0]
+        self.model.learn(steps, callback=self.callback, reset_num_timesteps=self.calls == 0)
+        self.calls += 1
+        return time.perf_counter() - start
 
 
 def main() -> None:
@@ -71,27 +79,39 @@ def main() -> None:
     parser.add_argument("--task", choices=sorted(TASKS), default="dqn-cartpole")
     parser.add_argument("--steps", type=int, default=12_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--segment", type=int, default=None,
+                        help="interleave the variants every SEGMENT env steps, each model going on where it "
+                             "stopped (one round): a finer grain against the host's drifts than whole runs")
     parser.add_argument("--callback-only", action="store_true",
                         help="also SB3's own ReplayBuffer with the callback (no tiered buffer)")
     args = parser.parse_args()
     _, algo, env_id, _ = TASKS[args.task]
     variants = VARIANTS + ((CALLBACK_ONLY,) if args.callback_only else ())
     print(f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
-          f"{env_id} {algo.upper()}, RL Zoo settings, learn({args.steps:,}), {args.rounds} interleaved rounds")
-    seconds = {v: [] for v in variants}
+          f"{env_id} {algo.upper()}, RL Zoo settings, learn({args.steps:,}), "
+          + (f"interleaved every {args.segment:,} env steps" if args.segment else f"{args.rounds} interleaved rounds"))
+    seconds: dict[str, list[float]] = {v: [] for v in variants}
     shares = []
-    for r in range(args.rounds):
-        for variant in variants if r % 2 == 0 else variants[::-1]:
-            total, in_train = learn_seconds(args.task, variant, args.steps)
-            seconds[variant].append(total)
-            if variant == "stock":
-                shares.append(in_train / total)
+    if args.segment:
+        runs = {v: Run(args.task, v) for v in variants}
+        for i in range(-(-args.steps // args.segment)):
+            for variant in variants if i % 2 == 0 else variants[::-1]:
+                seconds[variant].append(runs[variant].learn(min(args.segment, args.steps - i * args.segment)))
+        shares.append(runs["stock"].in_train / sum(seconds["stock"]))
+    else:
+        for r in range(args.rounds):
+            for variant in variants if r % 2 == 0 else variants[::-1]:
+                run = Run(args.task, variant)
+                seconds[variant].append(run.learn(args.steps))
+                if variant == "stock":
+                    shares.append(run.in_train / seconds[variant][-1])
     print(f"  stock: train() is {100 * statistics.median(shares):.0f}% of learn()")
-    print(f"  {'variant':<28} {'seconds':>8} {'vs stock':>9}")
+    total = sum if args.segment else statistics.median  # one round of segments, or whole runs
+    print(f"  {'variant':<28} {'seconds':>8} {'vs stock':>9}  per {'segment' if args.segment else 'round'}")
     for variant in variants:
-        ratio = statistics.median(v / s for v, s in zip(seconds[variant], seconds["stock"]))
-        print(f"  {variant:<28} {statistics.median(seconds[variant]):>8.1f} {ratio:>8.2f}x", flush=True)
-
+        ratios = [v / s for v, s in zip(seconds[variant], seconds["stock"])]
+        print(f"  {variant:<28} {total(seconds[variant]):>8.1f} {statistics.median(ratios):>8.2f}x  "
+              f"{min(ratios):.2f}-{max(ratios):.2f}x", flush=True)
 
 if __name__ == "__main__":
     main()
