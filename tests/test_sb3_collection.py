@@ -94,9 +94,10 @@ def _learn(algo: str, lean: bool, steps: int, n_envs: int = 1, device: str = "cp
             remove_override(model, name)
     buffer = model.replay_buffer
     return {"steps": recorder.steps, "locals": recorder.locals_seen,
-            "buffer": {k: getattr(buffer, k)[: buffer.pos].copy() for k in
+            "buffer": {k: getattr(buffer, k)[: buffer.buffer_size if buffer.full else buffer.pos].copy() for k in
                        ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
                        if getattr(buffer, k, None) is not None},
+            "buffer_position": (getattr(buffer, "pos", None), getattr(buffer, "full", None)),
             "parameters": dict(model.policy.state_dict()), "episodes": _without_clock(list(model.ep_info_buffer)),
             "num_timesteps": model.num_timesteps, "episode_num": model._episode_num,
             "logged": _without_clock(dict(model.logger.name_to_value)),
@@ -126,6 +127,8 @@ def _stop_at(n_calls: int):
     ("DQN", 1_500, 2, dict(tau=0.3, target_update_interval=7)),  # a Polyak update that blends
     ("DQN", 1_500, 1, dict(optimize_memory_usage=True, replay_buffer_kwargs=dict(handle_timeout_termination=False))),
     ("DQN", 1_500, 1, dict(n_steps=3)),  # SB3's NStepReplayBuffer
+    ("DQN", 1_500, 2, dict(buffer_size=301, replay_buffer_kwargs=dict(handle_timeout_termination=False))),  # wraps
+    ("SAC", 500, 1, dict(buffer_size=170)),  # the ring wraps, timeouts kept
     ("DQN", 1_500, 1, dict(train_freq=(2, "episode"), log_interval=1)),  # episodic rollouts, logs every episode
     ("DQN", 1_500, 1, dict(replay_buffer_class="tiered")),
     ("SAC", 500, 2, dict(train_freq=(3, "step"))),
