@@ -113,5 +113,6 @@ def main() -> None:
         print(f"  {variant:<28} {total(seconds[variant]):>8.1f} {statistics.median(ratios):>8.2f}x  "
               f"{min(ratios):.2f}-{max(ratios):.2f}x", flush=True)
 
+
 if __name__ == "__main__":
     main()

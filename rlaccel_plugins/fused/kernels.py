@@ -1,10 +1,11 @@
 """Multi-tensor kernels for the steps a framework's update repeats: the optimizer step, the Polyak
 (soft) target update, and the gradient norm (for clipping and the NaN/Inf guard).
 
-Both keep the framework's arithmetic: PyTorch's ``foreach`` Adam/AdamW/SGD/RMSprop compute exactly
+All keep the framework's arithmetic: PyTorch's ``foreach`` Adam/AdamW/SGD/RMSprop compute exactly
 what the per-parameter loop computes (bit for bit on CPU, tested), in one kernel launch per op for all
 parameters instead of one per parameter; ``polyak_update_`` does SB3's ``mul_`` then ``add`` in the
-same order. ``fused=True`` optimizers (one kernel for the whole step) round differently, so they
+same order; ``total_norm`` and ``clip_grad_norm`` run the ops of torch's ``get_total_norm`` and
+``clip_grad_norm_``. ``fused=True`` optimizers (one kernel for the whole step) round differently, so they
 are used only where asked for.
 """
 
@@ -111,9 +112,9 @@ def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
         >>> torch.equal(total_norm(grads), torch.nn.utils.get_total_norm(grads))
         True
     """
-    if _one_group(grads):
-        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    return torch.nn.utils.get_total_norm(grads, foreach=True)
+    if not _one_group(grads):
+        return torch.nn.utils.get_total_norm(grads, foreach=True)
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
 def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Tensor:
@@ -127,12 +128,9 @@ def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Ten
         (4.0, True)
     """
     grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return torch.tensor(0.0)
-    norm = total_norm(grads)
-    if not _one_group(grads):
-        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm, foreach=True)
-        return norm
+    if not grads or not _one_group(grads):
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, foreach=True)
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0))
     return norm
 
