@@ -153,9 +153,9 @@ def test_sb3_dqn_learns_cartpole_to_475_with_2_ray_actors(cluster, tmp_path):
     from rlaccel_plugins.training import run_training
 
     # Ray's scheduling decides which weights each chunk is collected with and the order chunks are
-    # stored in, so a seed does not fix the run: each run is a fresh draw. Most reach 475 in 16-26k env
-    # steps; now and then one collapses and does not within 60k (seen once in CI). A second draw, only
-    # after a miss, makes such a false alarm rare and still fails a learner that does not learn.
+    # stored in, so a seed does not fix the run: each run is a fresh draw. Six local runs reached 475 in
+    # 16-48k env steps; now and then one collapses and does not within 60k (seen once in CI). A second
+    # draw, only after a miss, makes such a false alarm rare and still fails a learner that does not learn.
     curves = []
     for attempt in ("first", "second"):
         logdir = tmp_path / attempt

@@ -114,7 +114,7 @@ def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """
     if not _one_group(grads):
         return torch.nn.utils.get_total_norm(grads, foreach=True)
-    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    return _norm_of_one_group(grads)
 
 
 def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Tensor:
@@ -130,9 +130,14 @@ def clip_grad_norm(parameters: list[torch.Tensor], max_norm: float) -> torch.Ten
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads or not _one_group(grads):
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, foreach=True)
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    norm = _norm_of_one_group(grads)
     torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0))
     return norm
+
+
+def _norm_of_one_group(grads: list[torch.Tensor]) -> torch.Tensor:
+    """``get_total_norm``'s ops for one device-and-dtype group: the per-tensor norms, then their norm."""
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
 def _one_group(tensors: list[torch.Tensor]) -> bool:
