@@ -1,5 +1,5 @@
-"""Framework-neutral pieces of fused updates: faster optimizer kernels switched on reversibly, the
-foreach target-network update, and the equivalence harness that proves a fused update equal to the
+"""Framework-neutral pieces of fused updates: faster optimizer kernels switched on reversibly, Adam's
+CPU step as flat ops (:func:`optimizer_step`, bit for bit PyTorch's), the foreach target-network update, and the equivalence harness that proves a fused update equal to the
 framework's own. What knows an algorithm (SB3's DQN, Tianshou's DQN, ...) lives in the adapters.
 
 Examples:
@@ -18,6 +18,7 @@ Examples:
 """
 
 from rlaccel_plugins.fused.equivalence import UpdateRecorder, differences
+from rlaccel_plugins.fused.flat_adam import optimizer_step
 from rlaccel_plugins.fused.kernels import OptimizerKernels, polyak_update_
 
-__all__ = ["OptimizerKernels", "UpdateRecorder", "differences", "polyak_update_"]
+__all__ = ["OptimizerKernels", "UpdateRecorder", "differences", "optimizer_step", "polyak_update_"]

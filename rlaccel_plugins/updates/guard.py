@@ -75,7 +75,7 @@ class GradientGuard:
         original = optimizer.step
 
         def guarded_step(*args: Any, **kwargs: Any):
-            if not self._allow(optimizer):
+            if not self.allows_step(optimizer):
                 return None
             if not self.restore_last_good:
                 return original(*args, **kwargs)
@@ -88,15 +88,23 @@ class GradientGuard:
                             "(%d restored so far)", self.stats["restored_steps"])
             return result
 
+        guarded_step.rlaccel_guard = self  # how rlaccel's own step kernels find the check to run first
         self._originals[id(optimizer)] = (optimizer, original)
         optimizer.step = guarded_step
+
+    def wraps_class_step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether this guard's wrapper of ``optimizer.step`` calls the optimizer class's own ``step``."""
+        original = self._originals.get(id(optimizer), (None, None))[1]
+        return getattr(original, "__self__", None) is optimizer \
+            and getattr(original, "__func__", None) is type(optimizer).step
 
     def detach(self) -> None:
         for optimizer, _ in self._originals.values():
             optimizer.__dict__.pop("step", None)  # back to the class's own step
         self._originals.clear()
 
-    def _allow(self, optimizer: torch.optim.Optimizer) -> bool:
+    def allows_step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """The check before a step: clip, count, and False where the step must be skipped (non-finite)."""
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if not params:
             return True

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from rlaccel_plugins.fused import OptimizerKernels
+from rlaccel_plugins.fused import OptimizerKernels, optimizer_step
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
 from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
@@ -606,7 +606,7 @@ def _ppo_train(model, fused_optimizer: bool = False) -> None:
                 policy.optimizer.zero_grad()
                 loss.backward()
                 clip_grad_norm(parameters, model.max_grad_norm)
-                policy.optimizer.step()
+                optimizer_step(policy.optimizer)
             model._n_updates += 1
             if not continue_training:
                 break

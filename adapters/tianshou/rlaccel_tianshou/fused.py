@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlaccel_plugins.fused import OptimizerKernels, polyak_update_
+from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, polyak_update_
 from rlaccel_plugins.fused.flat import flat_layers
+from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import cached, new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_tianshou.buffer_reads import sample_indices, unfinished_index
@@ -217,6 +218,21 @@ def _training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarra
             yield
 
 
+def _step(optimizer, loss: torch.Tensor) -> None:
+    """Tianshou's ``Algorithm.Optimizer.step(loss)``: zero the gradients, backward, clip to its
+    ``max_grad_norm``, step — the step as flat ops where :mod:`rlaccel_plugins.fused.flat_adam` covers it."""
+    from tianshou.algorithm.algorithm_base import Algorithm
+
+    if type(optimizer).step is not Algorithm.Optimizer.step:  # a subclass's own step
+        optimizer.step(loss)
+        return
+    optimizer._optim.zero_grad()
+    loss.backward()
+    if optimizer._max_grad_norm is not None:
+        clip_grad_norm(list(optimizer._module.parameters()), optimizer._max_grad_norm)
+    optimizer_step(optimizer._optim)
+
+
 def _polyak(algorithm) -> None:
     """``_update_lagged_network_weights`` of the Polyak mixin, as three multi-tensor ops."""
     pairs = algorithm._lagged_networks._lagged_network_pairs
@@ -261,7 +277,7 @@ def _dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
                                                   delta=dqn.huber_loss_delta, reduction="mean")
         else:
             loss = ((returns - q).pow(2) * _weights(weight, returns)).mean()
-        dqn.optim.step(loss)
+        _step(dqn.optim, loss)
     return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
 
 
@@ -289,7 +305,7 @@ def _qrdqn_learn(wrapper, qrdqn, buffer, indices: np.ndarray, weight):
         huber_loss = (dist_diff * (qrdqn.tau_hat - (target_dist - curr_dist).detach().le(0.0).float()).abs()) \
             .sum(-1).mean(1)
         loss = (huber_loss * _weights(weight, returns)).mean()
-        qrdqn.optim.step(loss)
+        _step(qrdqn.optim, loss)
     return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
 
 
@@ -298,7 +314,7 @@ def _critic_step(critic, optimizer, obs: torch.Tensor, act: torch.Tensor, return
     """``_minimize_critic_squared_loss``: one critic's squared TD loss and optimizer step."""
     td = _forward(critic)(obs, act).flatten() - returns.flatten()
     loss = (td.pow(2) * weight).mean()
-    optimizer.step(loss)
+    _step(optimizer, loss)
     return loss
 
 
@@ -325,7 +341,7 @@ def _ddpg_learn(wrapper, ddpg, buffer, indices: np.ndarray, weight):
     with _training(wrapper, ddpg, [actor, critic], obs_np, act_np):
         critic_loss = _critic_step(critic, ddpg.critic_optim, obs, act, returns, weights)
         actor_loss = -_forward(critic)(obs, _forward(actor)(obs)[0]).mean()
-        ddpg.policy_optim.step(actor_loss)
+        _step(ddpg.policy_optim, actor_loss)
         _polyak(ddpg)
     return wrapper._stats(DDPGTrainingStats(actor_loss=actor_loss.item(), critic_loss=critic_loss.item()))
 
@@ -355,7 +371,7 @@ def _td3_learn(wrapper, td3, buffer, indices: np.ndarray, weight):
         if td3._cnt % td3.update_actor_freq == 0:
             actor_loss = -_forward(critic)(obs, _forward(actor)(obs)[0]).mean()
             td3._last = actor_loss.item()
-            td3.policy_optim.step(actor_loss)
+            _step(td3.policy_optim, actor_loss)
             _polyak(td3)
         td3._cnt += 1
     return wrapper._stats(TD3TrainingStats(actor_loss=td3._last, critic1_loss=critic1_loss.item(),
@@ -384,7 +400,7 @@ def _sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
         act_pi, log_prob = _squashed_gaussian(actor, obs)
         actor_loss = (alpha * log_prob.flatten() - torch.min(_forward(critic)(obs, act_pi).flatten(),
                                                              _forward(critic2)(obs, act_pi).flatten())).mean()
-        sac.policy_optim.step(actor_loss)
+        _step(sac.policy_optim, actor_loss)
         alpha_loss = sac.alpha.update(-log_prob.detach())
         _polyak(sac)
     return wrapper._stats(SACTrainingStats(actor_loss=actor_loss.item(), critic1_loss=critic1_loss.item(),
@@ -454,7 +470,7 @@ def _ppo_learn(wrapper, ppo, buffer, indices: np.ndarray, _weight, batch_size: i
                     vf_loss = (returns[chunk] - value).pow(2).mean()
                 ent_loss = dist.entropy().mean()
                 loss = clip_loss + ppo.vf_coef * vf_loss - ppo.ent_coef * ent_loss
-                ppo.optim.step(loss)
+                _step(ppo.optim, loss)
                 clip_losses.append(clip_loss.item())
                 vf_losses.append(vf_loss.item())
                 ent_losses.append(ent_loss.item())

@@ -1,0 +1,199 @@
+"""Adam's multi-tensor step on the CPU as one op per stage over flat buffers: the same bits, fewer kernels.
+
+On the CPU, PyTorch's multi-tensor (``foreach``) Adam has no multi-tensor kernels: each of its stages
+(lerp, mul, addcmul, sqrt, div, add, addcdiv) loops over the parameter tensors, one kernel call of a few
+µs each, so a 3-layer MLP's 8 tensors cost about 60 calls per step — more than the arithmetic of an
+RL-sized network. The stages are elementwise: each element is computed alone, from the same inputs, by
+the same kernel, so running each stage once over a buffer that holds every parameter's moments gives
+the same bits (``tests/test_flat_adam.py`` compares every parameter and state tensor with PyTorch's own
+step, bit for bit, over many steps, with weight decay, AdamW, parameters that skip steps, state loaded
+from a checkpoint).
+
+:func:`optimizer_step` is ``optimizer.step()``: for an ``Adam`` / ``AdamW`` of CPU float32 parameters with
+the default options (no ``amsgrad``, ``maximize``, ``capturable``, ``differentiable``, float learning rate and
+betas, no step pre-hooks, stepped by rlaccel's gradient guard or by nothing else) it runs the flat step,
+and otherwise ``optimizer.step()`` itself. The optimizer's ``state`` holds views of the flat buffers, so
+``state_dict``, ``load_state_dict`` and checkpoints see the tensors they always see; state loaded from
+elsewhere is copied into the buffers on the next step. Post-step hooks run as PyTorch runs them.
+
+Examples:
+    >>> import copy, torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    >>> twin = copy.deepcopy(net)
+    >>> ours, theirs = torch.optim.Adam(net.parameters(), foreach=True), torch.optim.Adam(twin.parameters(), foreach=True)
+    >>> x = torch.randn(16, 4)
+    >>> for _ in range(3):
+    ...     for model, optimizer in ((net, ours), (twin, theirs)):
+    ...         optimizer.zero_grad(); model(x).square().mean().backward()
+    ...     optimizer_step(ours); theirs.step()
+    >>> all(torch.equal(a, b) for a, b in zip(net.parameters(), twin.parameters()))
+    True
+"""
+
+from __future__ import annotations
+
+import weakref
+from itertools import chain
+
+import torch
+from torch.optim import optimizer as torch_optimizer
+
+_KINDS = (torch.optim.Adam, torch.optim.AdamW)
+_NUMBERS = (int, float)
+_FLOAT32, _STRIDED = torch.float32, torch.strided
+_ONE = torch.tensor(1.0)  # PyTorch's increment of CPU step counts, made once
+_LAYOUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> {group index: _Layout}
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.step()``, as flat ops where this module covers the optimizer (see the module's docstring)."""
+    guard = _plain_step_or_guard(optimizer)
+    if guard is False or not _covered(optimizer):
+        optimizer.step()
+        return
+    if guard is not None and not guard.allows_step(optimizer):
+        return
+    with torch.no_grad():
+        for index, group in enumerate(optimizer.param_groups):
+            _step_group(optimizer, index, group)
+    for hook in chain(optimizer._optimizer_step_post_hooks.values(),
+                      torch_optimizer._global_optimizer_post_hooks.values()):
+        hook(optimizer, (optimizer,), {})
+
+
+def _plain_step_or_guard(optimizer: torch.optim.Optimizer):
+    """None when ``optimizer.step`` is its class's own; the gradient guard whose check wraps the class's
+    step, with nothing else around it; False for any other wrapper (an LR scheduler's, a user's)."""
+    step = optimizer.__dict__.get("step")
+    if step is None:
+        return None
+    guard = getattr(step, "rlaccel_guard", None)
+    if guard is None or guard.restore_last_good or not guard.wraps_class_step(optimizer):
+        return False
+    return guard
+
+
+def _covered(optimizer: torch.optim.Optimizer) -> bool:
+    if type(optimizer) not in _KINDS or optimizer._optimizer_step_pre_hooks \
+            or torch_optimizer._global_optimizer_pre_hooks:
+        return False
+    for group in optimizer.param_groups:
+        if group["amsgrad"] or group["maximize"] or group["capturable"] or group["fused"] \
+                or group["differentiable"] or group["foreach"] is False \
+                or type(group["lr"]) not in _NUMBERS or type(group["eps"]) not in _NUMBERS \
+                or type(group["weight_decay"]) not in _NUMBERS \
+                or type(group["betas"][0]) not in _NUMBERS or type(group["betas"][1]) not in _NUMBERS:
+            return False
+        for p in group["params"]:
+            grad = p.grad
+            if p.dtype is not _FLOAT32 or p.device.type != "cpu" or not p.is_contiguous() or (
+                    grad is not None and (grad.dtype is not _FLOAT32 or grad.layout is not _STRIDED)):
+                return False
+    return True
+
+
+class _Layout:
+    """A parameter group's moments in two flat buffers, in the group's order (``state`` holds views of
+    them), and two more for the gradients and the denominator, each with its per-parameter views."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.params = list(params)
+        self.sizes = [p.numel() for p in params]
+        self.offsets = [0]
+        for size in self.sizes:
+            self.offsets.append(self.offsets[-1] + size)
+        self.exp_avg, self.exp_avg_sq, self.grad, self.denom = (torch.zeros(self.offsets[-1]) for _ in range(4))
+        self.grad_views, self.denom_views = self._views(self.grad), self._views(self.denom)
+        self.moment_views: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(params)
+
+    def _views(self, buffer: torch.Tensor) -> list[torch.Tensor]:
+        return [buffer[start:stop].view(p.shape) for p, start, stop in zip(self.params, self.offsets, self.offsets[1:])]
+
+    def matches(self, params: list[torch.Tensor]) -> bool:
+        return len(params) == len(self.params) and all(
+            p is q and p.numel() == size for p, q, size in zip(params, self.params, self.sizes))
+
+    def bind(self, optimizer: torch.optim.Optimizer, i: int) -> dict:
+        """``optimizer.state[param]``'s moments as views of the buffers (Adam's zeros for a new state)."""
+        p, state = self.params[i], optimizer.state[self.params[i]]
+        start, stop = self.offsets[i], self.offsets[i + 1]
+        views = (self.exp_avg[start:stop].view(p.shape), self.exp_avg_sq[start:stop].view(p.shape))
+        if len(state) == 0:  # what Adam's _init_group puts there, in its order
+            state["step"] = torch.tensor(0.0, dtype=torch_optimizer._get_scalar_dtype())
+            views[0].zero_()
+            views[1].zero_()
+        else:
+            views[0].copy_(state["exp_avg"])
+            views[1].copy_(state["exp_avg_sq"])
+        state["exp_avg"], state["exp_avg_sq"] = views
+        self.moment_views[i] = views
+        return state
+
+
+def _layout(optimizer: torch.optim.Optimizer, index: int, params: list[torch.Tensor]) -> _Layout:
+    layouts = _LAYOUTS.setdefault(optimizer, {})
+    layout = layouts.get(index)
+    if layout is None or not layout.matches(params):
+        layout = layouts[index] = _Layout(params)
+    return layout
+
+
+def _step_group(optimizer: torch.optim.Optimizer, index: int, group: dict) -> None:
+    params = group["params"]
+    stepped = [i for i, p in enumerate(params) if p.grad is not None]
+    if not stepped:
+        return
+    layout = _layout(optimizer, index, params)
+    steps = []
+    for i in stepped:
+        state, views = optimizer.state.get(params[i]), layout.moment_views[i]
+        if state is None or views is None or state.get("exp_avg") is not views[0] \
+                or state.get("exp_avg_sq") is not views[1]:  # new, or loaded from elsewhere
+            state = layout.bind(optimizer, i)
+        steps.append(state["step"])
+    torch._foreach_add_(steps, _ONE, alpha=1.0)  # as PyTorch increments CPU step counts
+    counts = [step.item() for step in steps]
+    lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    decoupled = group.get("decoupled_weight_decay", False)
+    if weight_decay != 0 and decoupled:  # AdamW
+        torch._foreach_mul_([params[i] for i in stepped], 1 - lr * weight_decay)
+    start = 0
+    for run in _runs(stepped, counts):
+        _step_run(layout, params, run, counts[start], lr, beta1, beta2, eps, 0.0 if decoupled else weight_decay)
+        start += len(run)
+
+
+def _runs(stepped: list[int], counts: list[float]) -> list[list[int]]:
+    """``stepped`` split where the indices leave a gap or the step counts differ (each run: one bias correction)."""
+    if stepped[-1] - stepped[0] == len(stepped) - 1 and counts.count(counts[0]) == len(counts):
+        return [stepped]  # the usual case: one run
+    runs = [[stepped[0]]]
+    for k in range(1, len(stepped)):
+        if stepped[k] == stepped[k - 1] + 1 and counts[k] == counts[k - 1]:
+            runs[-1].append(stepped[k])
+        else:
+            runs.append([stepped[k]])
+    return runs
+
+
+def _step_run(layout: _Layout, params: list[torch.Tensor], run: list[int], count: float, lr: float,
+              beta1: float, beta2: float, eps: float, weight_decay: float) -> None:
+    """PyTorch's ``_multi_tensor_adam`` stages for the parameters ``run`` (adjacent in the buffers)."""
+    first, last = run[0], run[-1] + 1
+    start, stop = layout.offsets[first], layout.offsets[last]
+    members = params[first:last]
+    torch._foreach_copy_(layout.grad_views[first:last], [p.grad for p in members])
+    grad = layout.grad[start:stop]
+    if weight_decay != 0:  # Adam's L2 term: a new gradient tensor, grad + weight_decay * param
+        torch._foreach_copy_(layout.denom_views[first:last], members)
+        grad = torch.add(grad, layout.denom[start:stop], alpha=weight_decay)
+    exp_avg, exp_avg_sq, denom = layout.exp_avg[start:stop], layout.exp_avg_sq[start:stop], layout.denom[start:stop]
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2)
+    exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
+    step_size = (lr / (1 - beta1 ** count)) * -1
+    torch.sqrt(exp_avg_sq, out=denom)
+    denom.div_((1 - beta2 ** count) ** 0.5)
+    denom.add_(eps)
+    torch._foreach_addcdiv_(members, [views[0] for views in layout.moment_views[first:last]],
+                            layout.denom_views[first:last], step_size)

@@ -1,0 +1,166 @@
+"""Flat Adam (``rlaccel_plugins.fused.flat_adam``): PyTorch's own Adam/AdamW step, bit for bit, in fewer ops."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+
+from rlaccel_plugins.fused import flat_adam
+from rlaccel_plugins.fused.flat_adam import optimizer_step
+from rlaccel_plugins.updates.guard import GradientGuard
+
+
+def _net(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                               torch.nn.Linear(32, 3))
+
+
+def _backward(net: torch.nn.Module, step: int) -> None:
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(step)) * 3
+    (net(x) ** 2).mean().backward()
+
+
+def _same(a: torch.nn.Module, b: torch.nn.Module, oa: torch.optim.Optimizer, ob: torch.optim.Optimizer) -> None:
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    sa, sb = oa.state_dict(), ob.state_dict()
+    assert sa["state"].keys() == sb["state"].keys()
+    for key, state in sa["state"].items():
+        assert state.keys() == sb["state"][key].keys()
+        for name, value in state.items():
+            assert torch.equal(value, sb["state"][key][name]), (key, name)
+
+
+def _pair(make, seed: int = 0):
+    ours, theirs = _net(seed), _net(seed)
+    return ours, theirs, make(ours.parameters()), make(theirs.parameters())
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.Adam(p, lr=3e-3),
+    lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True, betas=(0.8, 0.99), eps=1e-6),
+    lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1),
+    lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.05),
+    lambda p: torch.optim.Adam(p, lr=1e-3, weight_decay=0.01, decoupled_weight_decay=True),
+], ids=["default", "foreach-betas-eps", "weight-decay", "adamw", "decoupled"])
+def test_the_flat_step_is_pytorchs_bit_for_bit(make):
+    ours, theirs, oa, ob = _pair(make)
+    for step in range(60):
+        if step == 30:  # SB3 sets the learning rate before every train() call
+            for group in (*oa.param_groups, *ob.param_groups):
+                group["lr"] *= 0.5
+        for net, optimizer in ((ours, oa), (theirs, ob)):
+            optimizer.zero_grad()
+            _backward(net, step)
+        optimizer_step(oa)
+        ob.step()
+        _same(ours, theirs, oa, ob)
+    assert flat_adam._LAYOUTS.get(oa), "the flat step did not run"
+
+
+def test_parameters_that_skip_steps_keep_their_own_step_counts_as_in_pytorch(monkeypatch):
+    """Sparse/dense: the first layer gets no gradient on most steps, so its step count and bias
+    corrections differ from the others'; a parameter never stepped has no state, as in PyTorch."""
+    def run(flat):
+        ours, theirs, oa, ob = _pair(lambda p: torch.optim.Adam(p, lr=1e-2))
+        for step in range(40):
+            frozen = step % 5 != 0
+            for net in (ours, theirs):
+                net[0].weight.requires_grad_(not frozen)
+                net[0].bias.requires_grad_(not frozen)
+            for net, optimizer in ((ours, oa), (theirs, ob)):
+                optimizer.zero_grad()
+                _backward(net, step)
+            for net in (ours, theirs):
+                net[2].bias.grad = None if step < 7 else net[2].bias.grad  # stepped only from step 7
+            flat(oa)
+            ob.step()
+            _same(ours, theirs, oa, ob)
+    run(optimizer_step)
+    # the runs of equal step counts matter: one bias correction for every parameter breaks it
+    runs = flat_adam._runs
+    monkeypatch.setattr(flat_adam, "_runs", lambda stepped, counts: runs(stepped, [1.0] * len(counts)))
+    with pytest.raises(AssertionError):
+        run(optimizer_step)
+
+
+def test_state_saved_and_loaded_goes_on_as_pytorchs_and_loads_into_a_stock_adam():
+    ours, theirs, oa, ob = _pair(lambda p: torch.optim.Adam(p, lr=1e-2))
+    for step in range(10):
+        for net, optimizer in ((ours, oa), (theirs, ob)):
+            optimizer.zero_grad()
+            _backward(net, step)
+        optimizer_step(oa)
+        ob.step()
+    saved = io.BytesIO()
+    torch.save(oa.state_dict(), saved)
+    saved.seek(0)
+    stock = torch.optim.Adam(theirs.parameters(), lr=1e-2)
+    stock.load_state_dict(torch.load(saved))
+    twin = copy.deepcopy(ours)
+    reloaded = torch.optim.Adam(twin.parameters(), lr=1e-2)
+    reloaded.load_state_dict(copy.deepcopy(oa.state_dict()))  # state from elsewhere: copied into the buffers on the next step
+    for step in range(10, 20):
+        for net, optimizer in ((ours, oa), (theirs, stock), (twin, reloaded)):
+            optimizer.zero_grad()
+            _backward(net, step)
+        optimizer_step(oa)
+        stock.step()
+        optimizer_step(reloaded)
+        _same(ours, theirs, oa, stock)
+        _same(twin, theirs, reloaded, stock)
+    oa.load_state_dict(copy.deepcopy(stock.state_dict()))  # a load into an optimizer already stepped flat
+    for net, optimizer in ((ours, oa), (theirs, stock)):
+        optimizer.zero_grad()
+        _backward(net, 99)
+    optimizer_step(oa)
+    stock.step()
+    _same(ours, theirs, oa, stock)
+
+
+def test_the_guard_checks_before_the_flat_step_and_post_hooks_run():
+    ours, theirs, oa, ob = _pair(lambda p: torch.optim.Adam(p, lr=1e-2))
+    guards = [GradientGuard(max_grad_norm=0.5), GradientGuard(max_grad_norm=0.5)]
+    guards[0].attach(oa)
+    guards[1].attach(ob)
+    seen = []
+    oa.register_step_post_hook(lambda optimizer, args, kwargs: seen.append(optimizer))
+    for step in range(8):
+        for net, optimizer in ((ours, oa), (theirs, ob)):
+            optimizer.zero_grad()
+            _backward(net, step)
+            if step == 3:
+                net[0].weight.grad[0, 0] = float("nan")
+        optimizer_step(oa)
+        ob.step()
+        _same(ours, theirs, oa, ob)
+    assert guards[0].stats == guards[1].stats and guards[0].stats["skipped_steps"] == 1
+    assert guards[0].stats["clipped_steps"] > 0 and seen == [oa] * 7
+    assert flat_adam._LAYOUTS.get(oa)
+
+
+@pytest.mark.parametrize("case", ["amsgrad", "maximize", "lr-scheduler", "pre-hook", "sgd", "restore-last-good"])
+def test_what_the_flat_step_does_not_cover_runs_the_optimizers_own_step(case):
+    net = _net()
+    optimizer = (torch.optim.SGD(net.parameters(), lr=0.1) if case == "sgd" else
+                 torch.optim.Adam(net.parameters(), amsgrad=case == "amsgrad", maximize=case == "maximize"))
+    if case == "lr-scheduler":
+        torch.optim.lr_scheduler.StepLR(optimizer, step_size=10)
+    if case == "pre-hook":
+        optimizer.register_step_pre_hook(lambda *args: None)
+    if case == "restore-last-good":
+        GradientGuard(restore_last_good=True).attach(optimizer)
+    twin = copy.deepcopy(net)
+    stock = type(optimizer)(twin.parameters(), **{k: v for k, v in optimizer.defaults.items()})
+    for step in range(3):
+        for n, o in ((net, optimizer), (twin, stock)):
+            o.zero_grad()
+            _backward(n, step)
+        optimizer_step(optimizer)
+        stock.step()
+    assert all(torch.equal(p, q) for p, q in zip(net.parameters(), twin.parameters()))
+    assert not flat_adam._LAYOUTS.get(optimizer)
