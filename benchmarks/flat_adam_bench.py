@@ -6,12 +6,15 @@ step changes in the fused updates that use it.
 1. µs per optimizer step, minimum of 15 interleaved rounds, on the gradients of a real backward (ReLU
    layers leave zeros in the second moments, as in training): the Q-networks of SB3's DQN (64-64,
    RL Zoo's 256-256) and Tianshou's DQN example (128-128-128), a SAC 256-256 critic.
-2. ms per gradient step of the fused SB3 DQN ``train()`` and the fused Tianshou DQN update with the
+2. ``torch.sqrt`` (the stage that bounds the flat step at 256-256) on 65,536 floats, random or zeros, against
+   numpy's IEEE square root, and how often the two differ (``--all-floats``: over every float32 bit pattern;
+   else a sample of 2**24): why the stage cannot be swapped for a faster one without leaving PyTorch's bits.
+3. ms per gradient step of the fused SB3 DQN ``train()`` and the fused Tianshou DQN update with the
    flat step and with PyTorch's multi-tensor step (the flat step switched off), median of interleaved
    rounds — the same code otherwise.
 
 Usage:
-    python benchmarks/flat_adam_bench.py [--rounds 7] [--steps 64]
+    python benchmarks/flat_adam_bench.py [--rounds 7] [--steps 64] [--all-floats]
 """
 
 from __future__ import annotations
@@ -67,6 +70,30 @@ def optimizer_rows(rounds: int, number: int = 200) -> None:
         us = {k: min(v) / number * 1e6 for k, v in seconds.items()}
         print(f"{name:<26} {us['single']:>8.1f} {us['foreach']:>8.1f} {us['flat']:>8.1f} {us['fused']:>8.1f} "
               f"{us['flat'] / us['foreach']:>12.2f}x {us['flat'] / us['fused']:>10.2f}x")
+
+
+def sqrt_rows(rounds: int, all_floats: bool, number: int = 500) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    values = {"random": rng.random(65_536, dtype=np.float32), "10% zeros": rng.random(65_536, dtype=np.float32),
+              "zeros": np.zeros(65_536, np.float32)}
+    values["10% zeros"][rng.random(65_536) < 0.1] = 0
+    print(f"\nµs per square root of 65,536 float32, minimum of {rounds} rounds")
+    for name, array in values.items():
+        tensor = torch.from_numpy(array)
+        torch_us = min(timeit.repeat(functools.partial(torch.sqrt, tensor), number=number, repeat=rounds)) / number * 1e6
+        numpy_us = min(timeit.repeat(functools.partial(np.sqrt, array), number=number, repeat=rounds)) / number * 1e6
+        print(f"  {name:<10} torch.sqrt {torch_us:7.1f}   numpy.sqrt {numpy_us:7.1f}")
+    chunk, differ, total = 1 << 24, 0, 0
+    starts = range(0, 0x7F800000, chunk) if all_floats else [int(rng.integers(0, 0x7F800000 - chunk))]
+    for start in starts:  # non-negative finite floats
+        bits = np.arange(start, min(start + chunk, 0x7F800000), dtype=np.uint32)
+        x = bits.view(np.float32)
+        differ += int((np.sqrt(x).view(np.uint32) != torch.sqrt(torch.from_numpy(x)).numpy().view(np.uint32)).sum())
+        total += len(bits)
+    print(f"  torch.sqrt differs from the IEEE square root for {differ:,} of {total:,} float32 inputs "
+          f"({100 * differ / total:.2f}%)")
 
 
 def _interleaved(calls: dict, steps: int, rounds: int) -> dict[str, float]:
@@ -160,9 +187,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--all-floats", action="store_true", help="compare the square roots over every float32")
     args = parser.parse_args()
     print(f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}")
     optimizer_rows(max(args.rounds, 15))
+    sqrt_rows(max(args.rounds, 15), args.all_floats)
     update_rows(args.steps, args.rounds)
 
 
