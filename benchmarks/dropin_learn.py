@@ -5,7 +5,11 @@
   every 256 env steps), the ``classic_control`` preset;
 - ``sac-pendulum``: InvertedPendulum-v5 SAC with SB3's defaults (256-256, batch
   256, one gradient step per env step after 100 random ones), the ``mujoco`` preset — the ``mujoco``
-  bench suite's task.
+  bench suite's task;
+- ``ppo-cartpole``: CartPole-v1 PPO with RL Zoo's settings (8 envs x 32 steps, 20 epochs of minibatch
+  256), the ``classic_control`` preset — the ``quick`` suite's PPO drop-in. PPO has no replay buffer: its
+  drop-in is the callback alone, and it computes what stock computes, bit for bit, so a fixed-work time
+  ratio is also its time-to-threshold ratio.
 
 A fixed amount of work, not time to a threshold: every variant runs the same env steps and so the same
 gradient steps (``rlaccel bench`` measures time to 475, where seed noise decides more than speed). The
@@ -20,6 +24,7 @@ Also reported: the share of stock's time in ``train()`` (Amdahl: what a faster u
 Usage:
     python benchmarks/dropin_learn.py [--task dqn-cartpole] [--steps 12000] [--rounds 3] [--callback-only]
     python benchmarks/dropin_learn.py --task sac-pendulum --steps 3000 --segment 250 --callback-only
+    python benchmarks/dropin_learn.py --task ppo-cartpole --steps 16384 --segment 2048
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ import time
 import torch
 from rlaccel_sb3 import AccelerateCallback, TieredReplayBuffer
 from rlaccel_sb3.train import zoo_settings
-from stable_baselines3 import DQN, SAC
+from stable_baselines3 import DQN, PPO, SAC
+from stable_baselines3.common.env_util import make_vec_env
 
 TASKS = {"dqn-cartpole": (DQN, "dqn", "CartPole-v1", "classic_control"),
-         "sac-pendulum": (SAC, "sac", "InvertedPendulum-v5", "mujoco")}
+         "sac-pendulum": (SAC, "sac", "InvertedPendulum-v5", "mujoco"),
+         "ppo-cartpole": (PPO, "ppo", "CartPole-v1", "classic_control")}
 VARIANTS = ("stock", "drop-in", "drop-in + fused_optimizer")
 CALLBACK_ONLY = "SB3 ReplayBuffer + callback"
 
@@ -49,10 +56,12 @@ class Run:
         settings.pop("n_timesteps", None)
         self.callback = None
         if variant != "stock":
-            if variant != CALLBACK_ONLY:
+            if variant != CALLBACK_ONLY and cls is not PPO:
                 settings.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(preset=preset))
             self.callback = AccelerateCallback(preset=preset, fused_optimizer=variant.endswith("fused_optimizer"))
-        self.model = cls("MlpPolicy", env_id, seed=0, device="cpu", **settings)
+        n_envs = settings.pop("n_envs", 1)
+        env = make_vec_env(env_id, n_envs=n_envs, seed=0) if n_envs > 1 else env_id
+        self.model = cls("MlpPolicy", env, seed=0, device="cpu", **settings)
         self.in_train, self.calls = 0.0, 0
         if variant == "stock":  # the drop-in swaps train() itself; its share is not reported
             train = type(self.model).train
@@ -86,7 +95,7 @@ def main() -> None:
                         help="also SB3's own ReplayBuffer with the callback (no tiered buffer)")
     args = parser.parse_args()
     _, algo, env_id, _ = TASKS[args.task]
-    variants = VARIANTS + ((CALLBACK_ONLY,) if args.callback_only else ())
+    variants = VARIANTS + ((CALLBACK_ONLY,) if args.callback_only and args.task != "ppo-cartpole" else ())
     print(f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
           f"{env_id} {algo.upper()}, RL Zoo settings, learn({args.steps:,}), "
           + (f"interleaved every {args.segment:,} env steps" if args.segment else f"{args.rounds} interleaved rounds"))
