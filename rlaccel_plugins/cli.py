@@ -88,6 +88,8 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--envs-per-actor", type=int, default=None,
                        help="envs each actor steps (default: the preset's parallel_envs)")
     train.add_argument("--chunk-steps", type=int, default=None, help="vector steps per chunk sent (default 16)")
+    train.add_argument("--ray-ordered", action="store_true", default=None,
+                       help="take the actors' chunks in turn: a seeded run is reproducible (waits for slow actors)")
     train.add_argument("--resume", metavar="DIR", default=None,
                        help="continue the run in DIR (its --logdir) from its newest valid checkpoint, with its "
                             "own settings")
@@ -188,7 +190,7 @@ def _ray_settings(args: argparse.Namespace) -> dict | None:
     from rlaccel_plugins.errors import ConfigError
     from rlaccel_plugins.parallel.ray_actors import ray_settings
 
-    given = [f"--{n.replace('_', '-')}" for n in ("ray_address", "actors", "envs_per_actor", "chunk_steps")
+    given = [f"--{n.replace('_', '-')}" for n in ("ray_address", "actors", "envs_per_actor", "chunk_steps", "ray_ordered")
              if getattr(args, n) is not None]
     if not args.ray:
         if given:
@@ -197,7 +199,7 @@ def _ray_settings(args: argparse.Namespace) -> dict | None:
     if args.async_mode:
         raise ConfigError("--async and --ray are two ways of collecting, got both. Fix: keep one.")
     return ray_settings(args.ray_address, args.actors if args.actors is not None else 2,
-                        args.chunk_steps if args.chunk_steps is not None else 16)
+                        args.chunk_steps if args.chunk_steps is not None else 16, ordered=bool(args.ray_ordered))
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -9,6 +9,11 @@ The learner owns the replay buffer and the updates; :class:`RayActorPool` keeps 
 * **Weights** go through Ray's object store once per :meth:`RayActorPool.broadcast` (one ``ray.put``,
   every actor reads the same object); a chunk carries the policy version it acted with, so the
   learner can report the policy lag in updates.
+* **Order**: by default the learner takes whichever chunks are ready, so which weights a chunk was
+  collected with and the order chunks are stored in depend on timing. ``ordered=True`` takes one chunk
+  at a time from the actors in turn (actor 0, 1, ..., 0, ...): every request, weight broadcast and store
+  then happens at the same point of the learner's program in every run, so a seeded run is reproducible
+  (without faults), at the price of waiting for a slow actor while another has a chunk ready.
 * **Faults**: actors are created with ``max_restarts=-1``. A chunk that was in flight when its actor
   died is lost (it was never acknowledged) and counted; Ray restarts the actor, the pool sends it the
   latest weights and asks for chunks again. Every chunk the learner received was delivered whole.
@@ -89,7 +94,7 @@ def weightless_copy(module: Any) -> Any:
 
 
 def ray_settings(address: str | None = None, actors: int = 2, chunk_steps: int = 16,
-                 max_in_flight: int = 2) -> dict[str, Any]:
+                 max_in_flight: int = 2, ordered: bool = False) -> dict[str, Any]:
     """Checked settings of a Ray-fed run (``TrainSpec.ray``).
 
     Examples:
@@ -101,7 +106,10 @@ def ray_settings(address: str | None = None, actors: int = 2, chunk_steps: int =
     if address is not None and (not isinstance(address, str) or (address != "auto" and ":" not in address)):
         raise ConfigError(f"ray_address must be 'auto' or HOST:PORT, got ray_address={address!r}. "
                           "Fix: --ray-address auto (after `ray start --head` here) or --ray-address 10.0.0.1:6379")
-    return {"address": address, "actors": actors, "chunk_steps": chunk_steps, "max_in_flight": max_in_flight}
+    if not isinstance(ordered, bool):
+        raise invalid("ordered", "be true or false", ordered, "Fix: --ray-ordered (reproducible) or leave it out")
+    return {"address": address, "actors": actors, "chunk_steps": chunk_steps, "max_in_flight": max_in_flight,
+            "ordered": ordered}
 
 
 def _check_positive(name: str, value: Any) -> None:
@@ -204,12 +212,13 @@ class RayActorPool:
     """
 
     def __init__(self, make_worker: Callable[[int], Any], num_actors: int, *, max_in_flight: int = 2,
-                 num_cpus: float = 1.0, max_consecutive_failures: int = 10) -> None:
+                 num_cpus: float = 1.0, max_consecutive_failures: int = 10, ordered: bool = False) -> None:
         _check_positive("actors", num_actors)
         _check_positive("max_in_flight", max_in_flight)
         self.ray = require_ray()
         self.make_worker, self.num_actors, self.max_in_flight = make_worker, num_actors, max_in_flight
         self.num_cpus, self.max_consecutive_failures = num_cpus, max_consecutive_failures
+        self.ordered, self._turn = ordered, 0  # ordered: the actor whose chunk is taken next
         self.actors: list[Any] = []
         self.stats = [ActorStats() for _ in range(num_actors)]
         self._in_flight: dict[Any, int] = {}  # ObjectRef -> actor index
@@ -250,10 +259,12 @@ class RayActorPool:
     def receive(self, timeout: float = 60.0) -> list[Chunk]:
         """The chunks ready now (waits for at least one), each actor's in the order it made them; each
         one taken frees a request slot of its actor, which is refilled at once. Chunks lost with a dead
-        actor are counted, not returned."""
+        actor are counted, not returned. ``ordered``: exactly one chunk, from the actor whose turn it is."""
         if not self._in_flight:
             raise RuntimeError("no Ray actor is collecting: every actor's requests failed "
                                f"{self.max_consecutive_failures} rounds in a row")
+        if self.ordered:
+            return self._receive_in_turn(timeout)
         deadline, waiting_on = time.monotonic() + timeout, list(self._in_flight)
         while True:
             ready, _ = self.ray.wait(waiting_on, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
@@ -263,26 +274,43 @@ class RayActorPool:
                 set(self.ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)[0]))
             if ready:
                 break
-        chunks, now = [], time.time()
-        for ref in ready:
-            index = self._in_flight.pop(ref)
-            try:
-                chunk = self.ray.get(ref)
-            except self.ray.exceptions.RayActorError:
-                self._on_actor_failure(index)
+        return [chunk for chunk in map(self._take, ready) if chunk is not None]
+
+    def _receive_in_turn(self, timeout: float) -> list[Chunk]:
+        deadline = time.monotonic() + timeout
+        while self._in_flight:
+            oldest = next((ref for ref, index in self._in_flight.items() if index == self._turn), None)
+            if oldest is None:  # an actor given up on has no turn
+                self._turn = (self._turn + 1) % self.num_actors
                 continue
-            self._failures[index] = 0
-            self._dead.discard(index)
-            chunk.latency = max(0.0, now - chunk.finished_at)
-            stats = self.stats[index]
-            stats.chunks += 1
-            stats.steps += chunk.steps
-            stats.collect_seconds += chunk.collect_seconds
-            stats.latency_sum += chunk.latency
-            stats.incarnations.add(chunk.incarnation)
-            chunks.append(chunk)
-            self._request(index)
-        return chunks
+            if not self.ray.wait([oldest], timeout=max(0.0, deadline - time.monotonic()))[0]:
+                raise TimeoutError(f"no chunk arrived from Ray actor {self._turn} in {timeout:.0f} s")
+            chunk = self._take(oldest)
+            if chunk is not None:
+                self._turn = (self._turn + 1) % self.num_actors
+                return [chunk]
+        raise RuntimeError("no Ray actor is collecting: every actor's requests failed "
+                           f"{self.max_consecutive_failures} rounds in a row")
+
+    def _take(self, ref: Any) -> Chunk | None:
+        """The chunk of a finished request, counted, its actor asked for another (None: the actor died)."""
+        index = self._in_flight.pop(ref)
+        try:
+            chunk = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError:
+            self._on_actor_failure(index)
+            return None
+        self._failures[index] = 0
+        self._dead.discard(index)
+        chunk.latency = max(0.0, time.time() - chunk.finished_at)
+        stats = self.stats[index]
+        stats.chunks += 1
+        stats.steps += chunk.steps
+        stats.collect_seconds += chunk.collect_seconds
+        stats.latency_sum += chunk.latency
+        stats.incarnations.add(chunk.incarnation)
+        self._request(index)
+        return chunk
 
     def _in_request_order(self, done: set) -> tuple[list[Any], list[Any]]:
         """Of the requests in flight, those in ``done`` that no earlier request of the same actor is still

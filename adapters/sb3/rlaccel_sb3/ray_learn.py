@@ -74,12 +74,13 @@ class Sb3RolloutWorker:
 def learn_ray(model: OffPolicyAlgorithm, total_timesteps: int, env_id: str, *, actors: int = 2,
               chunk_steps: int = 16, sync_interval: int = 50, max_in_flight: int = 2, callback: Any = None,
               reset_num_timesteps: bool = True, address: str | None = None, accelerated: bool = True,
-              log_every: int = 10, on_metrics: Any = None) -> RayRun:
+              log_every: int = 10, on_metrics: Any = None, ordered: bool = False) -> RayRun:
     """Like ``model.learn`` with ``actors`` Ray actors collecting ``model.n_envs`` envs each.
 
     ``address``: the Ray cluster (``"auto"``, ``"HOST:PORT"``; None: join the running one or start a
     local one). ``on_metrics(metrics)`` receives the Ray metrics every ``log_every`` chunks (also
-    logged as ``rlaccel/ray/*``).
+    logged as ``rlaccel/ray/*``). ``ordered``: take the actors' chunks in turn, so that a seeded run
+    is reproducible (``RayActorPool``).
     """
     if not isinstance(model, OffPolicyAlgorithm):
         raise ConfigError(f"model must be an off-policy SB3 algorithm, got {type(model).__name__}. "
@@ -105,7 +106,7 @@ def learn_ray(model: OffPolicyAlgorithm, total_timesteps: int, env_id: str, *, a
         if on_metrics is not None:
             on_metrics(metrics)
 
-    run = feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), learner,
+    run = feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight, ordered=ordered), learner,
                        sync_interval=sync_interval, on_metrics=report, log_every=log_every)
     callback.on_training_end()
     return run

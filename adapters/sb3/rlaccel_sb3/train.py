@@ -249,7 +249,8 @@ class Sb3Training:
                                     chunk_steps=spec.ray["chunk_steps"], max_in_flight=spec.ray["max_in_flight"],
                                     sync_interval=spec.config.training.sync_interval, callback=callback,
                                     reset_num_timesteps=resumed is None, address=spec.ray["address"],
-                                    accelerated=not spec.own_recipe, on_metrics=show).metrics
+                                    accelerated=not spec.own_recipe, on_metrics=show,
+                                    ordered=spec.ray.get("ordered", False)).metrics
         elif spec.async_mode:
             from rlaccel_sb3.async_learn import learn_async
 

@@ -58,11 +58,11 @@ def learn_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
               max_in_flight: int = 2, address: str | None = None,
               on_chunk: Callable[[int, list[float]], None] | None = None,
               should_stop: Callable[[], bool] | None = None, log_every: int = 10,
-              on_metrics: Callable[[dict[str, float]], None] | None = None) -> RayRun:
+              on_metrics: Callable[[dict[str, float]], None] | None = None, ordered: bool = False) -> RayRun:
     """Store ``steps`` env steps collected by ``actors`` Ray actors while the learner updates.
 
     ``on_chunk(env_steps, episode_returns)`` runs after each stored chunk (schedules, evaluation);
-    ``should_stop()`` ends training early; ``on_metrics(metrics)`` receives the Ray metrics.
+    ``should_stop()`` ends training early; ``on_metrics(metrics)`` receives the Ray metrics; ``ordered``: the actors' chunks taken in turn (``RayActorPool``).
     """
     connect(address)
     policy = algorithm.policy
@@ -70,7 +70,7 @@ def learn_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
                                     policy=weightless_copy(policy), chunk_steps=chunk_steps)
     learner = OffPolicyLearner(algorithm, buffer, steps, batch_size, gradient_steps_per_sample,
                                should_stop=should_stop, on_chunk=on_chunk, stream_break=True)
-    return feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight), learner,
+    return feed_learner(RayActorPool(make_worker, actors, max_in_flight=max_in_flight, ordered=ordered), learner,
                         sync_interval=sync_interval, on_metrics=on_metrics, log_every=log_every)
 
 

@@ -325,5 +325,6 @@ def _learn_ray(run: _Run, buffer, batch, ups, eval_collector) -> tuple[int, dict
                         chunk_steps=spec.ray["chunk_steps"], max_in_flight=spec.ray["max_in_flight"],
                         batch_size=batch, gradient_steps_per_sample=ups, address=spec.ray["address"],
                         sync_interval=spec.config.training.sync_interval, on_chunk=on_chunk,
-                        should_stop=lambda: on_chunk.stop, on_metrics=on_metrics)
+                        should_stop=lambda: on_chunk.stop, on_metrics=on_metrics,
+                        ordered=spec.ray.get("ordered", False))
     return run.offset + ray_run.stored_steps, ray_run.metrics
