@@ -115,8 +115,9 @@ def test_an_ordered_pool_hands_over_one_chunk_at_a_time_from_the_actors_in_turn(
     assert [c.actor for c in received] == [0, 1] * 6
     for i in (0, 1):
         assert [c.payload["steps"][0] for c in received if c.actor == i] == list(range(0, 24, 4))
-    # the broadcast after the 5th chunk reaches each actor after the requests already sent to it (2 each)
-    assert [c.payload["weights"] for c in received] == ["w0"] * 8 + ["w1"] * 4
+    # the broadcast after the 5th chunk reaches each actor after the requests already sent to it (two each,
+    # the 5th chunk's refill among them): chunks 6-9 were collected with the old weights
+    assert [c.payload["weights"] for c in received] == ["w0"] * 9 + ["w1"] * 3
 
 
 def _sb3_model():
