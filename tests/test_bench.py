@@ -67,6 +67,11 @@ def test_the_dropin_suite_keeps_its_off_preset_variant_under_another_preset():
     assert fused.training.fused_optimizer and fused.preset == "default"
 
 
+def test_the_ppo_suite_measures_the_drop_in_against_stock_ppo():
+    (task,) = get_suite("ppo", frameworks=("sb3",))
+    assert [(v.algo, v.stock, v.role) for v in task.variants] == [("ppo", True, "yardstick"), ("ppo", False, "accelerated")]
+
+
 def test_bad_suite_and_frameworks_are_named():
     with pytest.raises(ConfigError, match="suite must be one of .* Did you mean 'quick'"):
         get_suite("quik")

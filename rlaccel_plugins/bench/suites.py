@@ -119,6 +119,10 @@ SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
             accelerated("tianshou", "classic_control"), replace(STOCK_TIANSHOU, steps=40_000),
             replace(drop_in("tianshou", "classic_control"), steps=40_000), PPO_SB3,
             drop_in("sb3", "classic_control", algo="ppo"))),)),
+    "ppo": (("CartPole-v1 PPO, SB3: RL Zoo's settings, stock against the drop-in (the same math bit for bit: "
+             "the same env steps, so time to threshold is the speed difference)"), (
+        Task("CartPole-v1", 100_000, 1_000, (
+            replace(PPO_SB3, role="yardstick"), drop_in("sb3", "classic_control", algo="ppo"))),)),
     "precision": ("CartPole-v1 DQN with the update path in fp32, bf16 and fp16 (loss-scaled): same results?", (
         Task("CartPole-v1", 60_000, 1_000, tuple(
             _in_precision(fw, dtype) for fw in ("sb3", "tianshou") for dtype in ("fp32", "bf16", "fp16"))),)),
