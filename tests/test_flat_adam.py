@@ -62,6 +62,22 @@ def test_the_flat_step_is_pytorchs_bit_for_bit(make):
     assert flat_adam._LAYOUTS.get(oa), "the flat step did not run"
 
 
+def test_the_comparison_sees_a_last_bit_change():
+    """The bit-for-bit check is not blind to rounding: a learning rate one float32 step off is caught."""
+    import numpy as np
+
+    ours, theirs, oa, ob = _pair(lambda p: torch.optim.Adam(p, lr=float(np.float32(1e-2))))
+    oa.param_groups[0]["lr"] = float(np.nextafter(np.float32(1e-2), np.float32(1.0)))
+    with pytest.raises(AssertionError):
+        for step in range(5):
+            for net, optimizer in ((ours, oa), (theirs, ob)):
+                optimizer.zero_grad()
+                _backward(net, step)
+            optimizer_step(oa)
+            ob.step()
+            _same(ours, theirs, oa, ob)
+
+
 def test_parameters_that_skip_steps_keep_their_own_step_counts_as_in_pytorch(monkeypatch):
     """Sparse/dense: the first layer gets no gradient on most steps, so its step count and bias
     corrections differ from the others'; a parameter never stepped has no state, as in PyTorch."""
