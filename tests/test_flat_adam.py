@@ -40,6 +40,16 @@ def _pair(make, seed: int = 0):
     return ours, theirs, make(ours.parameters()), make(theirs.parameters())
 
 
+def _step_both(ours, theirs, oa, ob, step: int) -> None:
+    """One step of the same data: ``oa`` through the flat step, ``ob`` through its own; then compared."""
+    for net, optimizer in ((ours, oa), (theirs, ob)):
+        optimizer.zero_grad()
+        _backward(net, step)
+    optimizer_step(oa)
+    ob.step()
+    _same(ours, theirs, oa, ob)
+
+
 @pytest.mark.parametrize("make", [
     lambda p: torch.optim.Adam(p, lr=3e-3),
     lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True, betas=(0.8, 0.99), eps=1e-6),
@@ -53,12 +63,7 @@ def test_the_flat_step_is_pytorchs_bit_for_bit(make):
         if step == 30:  # SB3 sets the learning rate before every train() call
             for group in (*oa.param_groups, *ob.param_groups):
                 group["lr"] *= 0.5
-        for net, optimizer in ((ours, oa), (theirs, ob)):
-            optimizer.zero_grad()
-            _backward(net, step)
-        optimizer_step(oa)
-        ob.step()
-        _same(ours, theirs, oa, ob)
+        _step_both(ours, theirs, oa, ob, step)
     assert flat_adam._LAYOUTS.get(oa), "the flat step did not run"
 
 
@@ -70,18 +75,13 @@ def test_the_comparison_sees_a_last_bit_change():
     oa.param_groups[0]["lr"] = float(np.nextafter(np.float32(1e-2), np.float32(1.0)))
     with pytest.raises(AssertionError):
         for step in range(5):
-            for net, optimizer in ((ours, oa), (theirs, ob)):
-                optimizer.zero_grad()
-                _backward(net, step)
-            optimizer_step(oa)
-            ob.step()
-            _same(ours, theirs, oa, ob)
+            _step_both(ours, theirs, oa, ob, step)
 
 
 def test_parameters_that_skip_steps_keep_their_own_step_counts_as_in_pytorch(monkeypatch):
     """Sparse/dense: the first layer gets no gradient on most steps, so its step count and bias
     corrections differ from the others'; a parameter never stepped has no state, as in PyTorch."""
-    def run(flat):
+    def run():
         ours, theirs, oa, ob = _pair(lambda p: torch.optim.Adam(p, lr=1e-2))
         for step in range(40):
             frozen = step % 5 != 0
@@ -93,25 +93,21 @@ def test_parameters_that_skip_steps_keep_their_own_step_counts_as_in_pytorch(mon
                 _backward(net, step)
             for net in (ours, theirs):
                 net[2].bias.grad = None if step < 7 else net[2].bias.grad  # stepped only from step 7
-            flat(oa)
+            optimizer_step(oa)
             ob.step()
             _same(ours, theirs, oa, ob)
-    run(optimizer_step)
+    run()
     # the runs of equal step counts matter: one bias correction for every parameter breaks it
     runs = flat_adam._runs
     monkeypatch.setattr(flat_adam, "_runs", lambda stepped, counts: runs(stepped, [1.0] * len(counts)))
     with pytest.raises(AssertionError):
-        run(optimizer_step)
+        run()
 
 
 def test_state_saved_and_loaded_goes_on_as_pytorchs_and_loads_into_a_stock_adam():
     ours, theirs, oa, ob = _pair(lambda p: torch.optim.Adam(p, lr=1e-2))
     for step in range(10):
-        for net, optimizer in ((ours, oa), (theirs, ob)):
-            optimizer.zero_grad()
-            _backward(net, step)
-        optimizer_step(oa)
-        ob.step()
+        _step_both(ours, theirs, oa, ob, step)
     saved = io.BytesIO()
     torch.save(oa.state_dict(), saved)
     saved.seek(0)
@@ -130,12 +126,7 @@ def test_state_saved_and_loaded_goes_on_as_pytorchs_and_loads_into_a_stock_adam(
         _same(ours, theirs, oa, stock)
         _same(twin, theirs, reloaded, stock)
     oa.load_state_dict(copy.deepcopy(stock.state_dict()))  # a load into an optimizer already stepped flat
-    for net, optimizer in ((ours, oa), (theirs, stock)):
-        optimizer.zero_grad()
-        _backward(net, 99)
-    optimizer_step(oa)
-    stock.step()
-    _same(ours, theirs, oa, stock)
+    _step_both(ours, theirs, oa, stock, 99)
 
 
 def test_the_guard_checks_before_the_flat_step_and_post_hooks_run():
