@@ -2,7 +2,7 @@
 
 On the CPU, PyTorch's multi-tensor (``foreach``) Adam has no multi-tensor kernels: each of its stages
 (lerp, mul, addcmul, sqrt, div, add, addcdiv) loops over the parameter tensors, one kernel call of a few
-µs each, so a 3-layer MLP's 8 tensors cost about 60 calls per step — more than the arithmetic of an
+µs each, so a 3-layer MLP's 8 tensors cost about 50 calls per step — more than the arithmetic of an
 RL-sized network. The stages are elementwise: each element is computed alone, from the same inputs, by
 the same kernel, so running each stage once over a buffer that holds every parameter's moments gives
 the same bits (``tests/test_flat_adam.py`` compares every parameter and state tensor with PyTorch's own

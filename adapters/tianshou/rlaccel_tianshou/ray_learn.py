@@ -62,7 +62,8 @@ def learn_ray(algorithm: Any, env_id: str, buffer: Any, steps: int, *, actors: i
     """Store ``steps`` env steps collected by ``actors`` Ray actors while the learner updates.
 
     ``on_chunk(env_steps, episode_returns)`` runs after each stored chunk (schedules, evaluation);
-    ``should_stop()`` ends training early; ``on_metrics(metrics)`` receives the Ray metrics; ``ordered``: the actors' chunks taken in turn (``RayActorPool``).
+    ``should_stop()`` ends training early; ``on_metrics(metrics)`` receives the Ray metrics; ``ordered``:
+    the actors' chunks taken in turn, so that a seeded run is reproducible (``RayActorPool``).
     """
     connect(address)
     policy = algorithm.policy
