@@ -1,6 +1,7 @@
 """Framework-neutral pieces of fused updates: faster optimizer kernels switched on reversibly, Adam's
 CPU step as flat ops (:func:`optimizer_step`, bit for bit PyTorch's), the foreach target-network
-update, and the equivalence harness that proves a fused update equal to the framework's own. What knows an algorithm (SB3's DQN, Tianshou's DQN, ...) lives in the adapters.
+update, and the equivalence harness that proves a fused update equal to the framework's own. What
+knows an algorithm (SB3's DQN, Tianshou's DQN, ...) lives in the adapters.
 
 Examples:
     >>> import torch
