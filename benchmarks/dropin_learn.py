@@ -95,7 +95,9 @@ def main() -> None:
                         help="also SB3's own ReplayBuffer with the callback (no tiered buffer)")
     args = parser.parse_args()
     _, algo, env_id, _ = TASKS[args.task]
-    variants = VARIANTS + ((CALLBACK_ONLY,) if args.callback_only and args.task != "ppo-cartpole" else ())
+    if args.callback_only and args.task == "ppo-cartpole":
+        parser.error("--callback-only compares replay buffers; PPO has none (its drop-in is the callback alone)")
+    variants = VARIANTS + ((CALLBACK_ONLY,) if args.callback_only else ())
     print(f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
           f"{env_id} {algo.upper()}, RL Zoo settings, learn({args.steps:,}), "
           + (f"interleaved every {args.segment:,} env steps" if args.segment else f"{args.rounds} interleaved rounds"))

@@ -261,8 +261,7 @@ class RayActorPool:
         one taken frees a request slot of its actor, which is refilled at once. Chunks lost with a dead
         actor are counted, not returned. ``ordered``: exactly one chunk, from the actor whose turn it is."""
         if not self._in_flight:
-            raise RuntimeError("no Ray actor is collecting: every actor's requests failed "
-                               f"{self.max_consecutive_failures} rounds in a row")
+            raise self._no_collector()
         if self.ordered:
             return self._receive_in_turn(timeout)
         deadline, waiting_on = time.monotonic() + timeout, list(self._in_flight)
@@ -289,8 +288,11 @@ class RayActorPool:
             if chunk is not None:
                 self._turn = (self._turn + 1) % self.num_actors
                 return [chunk]
-        raise RuntimeError("no Ray actor is collecting: every actor's requests failed "
-                           f"{self.max_consecutive_failures} rounds in a row")
+        raise self._no_collector()
+
+    def _no_collector(self) -> RuntimeError:
+        return RuntimeError("no Ray actor is collecting: every actor's requests failed "
+                            f"{self.max_consecutive_failures} rounds in a row")
 
     def _take(self, ref: Any) -> Chunk | None:
         """The chunk of a finished request, counted, its actor asked for another (None: the actor died)."""

@@ -229,7 +229,7 @@ def _step(optimizer, loss: torch.Tensor) -> None:
     optimizer._optim.zero_grad()
     loss.backward()
     if optimizer._max_grad_norm is not None:
-        clip_grad_norm(list(optimizer._module.parameters()), optimizer._max_grad_norm)
+        clip_grad_norm(_parameters(optimizer._module), optimizer._max_grad_norm)
     optimizer_step(optimizer._optim)
 
 
