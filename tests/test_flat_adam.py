@@ -129,9 +129,12 @@ def test_state_saved_and_loaded_goes_on_as_pytorchs_and_loads_into_a_stock_adam(
     _step_both(ours, theirs, oa, stock, 99)
 
 
-def test_the_guard_checks_before_the_flat_step_and_post_hooks_run():
+@pytest.mark.parametrize("max_grad_norm", [0.5, None])
+def test_the_guard_checks_before_the_flat_step_and_post_hooks_run(max_grad_norm):
+    """A clipping guard clips first; a check-only one reads the flat gradient buffer's norm (and the
+    guard's own norm where a parameter has no gradient, step 5). Non-finite steps are skipped alike."""
     ours, theirs, oa, ob = _pair(lambda p: torch.optim.Adam(p, lr=1e-2))
-    guards = [GradientGuard(max_grad_norm=0.5), GradientGuard(max_grad_norm=0.5)]
+    guards = [GradientGuard(max_grad_norm=max_grad_norm), GradientGuard(max_grad_norm=max_grad_norm)]
     guards[0].attach(oa)
     guards[1].attach(ob)
     seen = []
@@ -142,11 +145,15 @@ def test_the_guard_checks_before_the_flat_step_and_post_hooks_run():
             _backward(net, step)
             if step == 3:
                 net[0].weight.grad[0, 0] = float("nan")
+            if step == 6:
+                net[2].bias.grad[0] = float("inf")
+            if step == 5:
+                net[0].bias.grad = None
         optimizer_step(oa)
         ob.step()
         _same(ours, theirs, oa, ob)
-    assert guards[0].stats == guards[1].stats and guards[0].stats["skipped_steps"] == 1
-    assert guards[0].stats["clipped_steps"] > 0 and seen == [oa] * 7
+    assert guards[0].stats == guards[1].stats and guards[0].stats["skipped_steps"] == 2
+    assert (guards[0].stats["clipped_steps"] > 0) == (max_grad_norm is not None) and seen == [oa] * 6
     assert flat_adam._LAYOUTS.get(oa)
 
 

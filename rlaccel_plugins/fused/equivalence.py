@@ -1,6 +1,7 @@
 """The equivalence harness: what a fused update must reproduce of the framework's own, step by step.
 
-:class:`UpdateRecorder` records, while active, every scalar loss that ``backward()`` receives and,
+:class:`UpdateRecorder` records, while active, every scalar loss that ``backward()`` receives (through
+``loss.backward()`` or ``torch.autograd.backward([...])``, in order) and,
 for each optimizer step, the gradients it applies; :func:`differences` compares two recordings, or
 two states (parameters, optimizer states, target networks), within a float tolerance. Run the stock
 and the fused update from the same model, seed and buffer contents under a recorder each, then
@@ -39,15 +40,18 @@ class UpdateRecorder:
         self._backward = None
 
     def __enter__(self) -> UpdateRecorder:  # noqa: PYI034 - typing.Self needs Python 3.11
-        original = self._backward = torch.Tensor.backward
+        # torch.autograd.backward: what Tensor.backward calls, and what a fused update calls with several
+        # losses at once (each recorded, in order); Tensor.backward itself stays torch's own
+        original = self._backward = torch.autograd.backward
         losses = self.losses
 
-        def recording_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any):
-            if tensor.numel() == 1:
-                losses.append(tensor.detach().clone())
-            return original(tensor, *args, **kwargs)
+        def recording_backward(tensors: Any, *args: Any, **kwargs: Any):
+            for tensor in [tensors] if torch.is_tensor(tensors) else tensors:
+                if tensor.numel() == 1:
+                    losses.append(tensor.detach().clone())
+            return original(tensors, *args, **kwargs)
 
-        torch.Tensor.backward = recording_backward
+        torch.autograd.backward = recording_backward
         for optimizer in self.optimizers:
             self._handles.append(optimizer.register_step_pre_hook(self._record_gradients))
         return self
@@ -57,7 +61,7 @@ class UpdateRecorder:
                                for group in optimizer.param_groups for p in group["params"]])
 
     def __exit__(self, *exc: object) -> None:
-        torch.Tensor.backward = self._backward
+        torch.autograd.backward = self._backward
         for handle in self._handles:
             handle.remove()
         self._handles = []

@@ -51,11 +51,17 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
     if guard is False or not _covered(optimizer):
         optimizer.step()
         return
-    if guard is not None and not guard.allows_step(optimizer):
-        return
     with torch.no_grad():
+        gathered = []
+        if guard is not None:
+            # the guard's finiteness check reads the norm of the flat gradient buffer (one op); a guard
+            # that clips rewrites the gradients, so they are gathered after it
+            gathered = [_gather(optimizer, index, group) for index, group in enumerate(optimizer.param_groups)] \
+                if guard.max_grad_norm is None else []
+            if not guard.allows_step(optimizer, grad_norm=_norm_of(gathered)):
+                return
         for index, group in enumerate(optimizer.param_groups):
-            _step_group(optimizer, index, group)
+            _step_group(optimizer, index, group, gathered[index] if gathered else None)
     for hook in chain(optimizer._optimizer_step_post_hooks.values(),
                       torch_optimizer._global_optimizer_post_hooks.values()):
         hook(optimizer, (optimizer,), {})
@@ -138,12 +144,39 @@ def _layout(optimizer: torch.optim.Optimizer, index: int, params: list[torch.Ten
     return layout
 
 
-def _step_group(optimizer: torch.optim.Optimizer, index: int, group: dict) -> None:
+def _gather(optimizer: torch.optim.Optimizer, index: int, group: dict) -> tuple[_Layout, list[int]] | None:
+    """The group's gradients copied into its flat buffer: its layout and the indices of the parameters
+    that have one (None where none has)."""
     params = group["params"]
     stepped = [i for i, p in enumerate(params) if p.grad is not None]
     if not stepped:
-        return
+        return None
     layout = _layout(optimizer, index, params)
+    torch._foreach_copy_([layout.grad_views[i] for i in stepped], [params[i].grad for i in stepped])
+    return layout, stepped
+
+
+def _norm_of(gathered: list[tuple[_Layout, list[int]] | None]) -> torch.Tensor | None:
+    """The gradients' total norm from the flat buffers, where every parameter has a gradient (the buffer
+    then holds exactly them); None otherwise."""
+    norms = []
+    for entry in gathered:
+        if entry is None or len(entry[1]) != len(entry[0].params):
+            return None
+        norms.append(torch.linalg.vector_norm(entry[0].grad))
+    if not norms:
+        return None
+    return norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+
+
+def _step_group(optimizer: torch.optim.Optimizer, index: int, group: dict,
+                gathered: tuple[_Layout, list[int]] | None = None) -> None:
+    params = group["params"]
+    if gathered is None:
+        gathered = _gather(optimizer, index, group)
+        if gathered is None:
+            return
+    layout, stepped = gathered
     steps = []
     for i in stepped:
         state, views = optimizer.state.get(params[i]), layout.moment_views[i]
@@ -182,8 +215,7 @@ def _step_run(layout: _Layout, params: list[torch.Tensor], run: list[int], count
     first, last = run[0], run[-1] + 1
     start, stop = layout.offsets[first], layout.offsets[last]
     members = params[first:last]
-    torch._foreach_copy_(layout.grad_views[first:last], [p.grad for p in members])
-    grad = layout.grad[start:stop]
+    grad = layout.grad[start:stop]  # gathered by _gather
     if weight_decay != 0:  # Adam's L2 term: a new gradient tensor, grad + weight_decay * param
         torch._foreach_copy_(layout.denom_views[first:last], members)
         grad = torch.add(grad, layout.denom[start:stop], alpha=weight_decay)

@@ -103,15 +103,17 @@ class GradientGuard:
             optimizer.__dict__.pop("step", None)  # back to the class's own step
         self._originals.clear()
 
-    def allows_step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """The check before a step: clip, count, and False where the step must be skipped (non-finite)."""
+    def allows_step(self, optimizer: torch.optim.Optimizer, grad_norm: torch.Tensor | None = None) -> bool:
+        """The check before a step: clip, count, and False where the step must be skipped (non-finite).
+        ``grad_norm``: the gradients' total norm where the caller has it (rlaccel's flat optimizer step
+        takes it from its flat gradient buffer in one op), read when there is no clipping."""
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if not params:
             return True
         self.stats["guarded_steps"] += 1
         limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
         if self.max_grad_norm is None:  # the norm only: scaling every gradient by 1.0 changes nothing
-            norm = float(total_norm([p.grad for p in params]))
+            norm = float(grad_norm if grad_norm is not None else total_norm([p.grad for p in params]))
         else:
             norm = float(clip_grad_norm(params, limit))
         finite = math.isfinite(norm)

@@ -184,6 +184,7 @@ def _as_input(algorithm, array: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(array, device=first_parameter(algorithm).device, dtype=torch.float32)
 
 
+_TENSOR_BACKWARD = torch.Tensor.backward
 _FIRST_PARAMETERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -210,24 +211,36 @@ def _training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarra
     # the train/eval switch walks every module twice per update (~15% of a small one); it changes
     # nothing for networks whose layers compute the same in both modes, so such networks skip it
     with contextlib.nullcontext() if _mode_free(*modules) else torch_train_mode(wrapper):
+        attaching = wrapper.updater is not None and not wrapper.updater.attachments
         wrapper._ensure_attached(_FirstBatch(obs, act))
         kernels = OptimizerKernels([optimizer._optim for optimizer in algorithm._optimizers],
                                    fused=wrapper.rlaccel_config.training.fused_optimizer)
-        with wrapper._autocast(), kernels:
-            _next_epoch()  # autocast's hooks came with it: the networks are checked again
+        autocast = wrapper._autocast()
+        with autocast, kernels:
+            if attaching or type(autocast) is not contextlib.nullcontext:
+                _next_epoch()  # the layer trace's or autocast's hooks: the networks are checked again
             yield
 
 
 def _step(optimizer, loss: torch.Tensor) -> None:
     """Tianshou's ``Algorithm.Optimizer.step(loss)``: zero the gradients, backward, clip to its
     ``max_grad_norm``, step — the step as flat ops where :mod:`rlaccel_plugins.fused.flat_adam` covers it."""
-    from tianshou.algorithm.algorithm_base import Algorithm
-
-    if type(optimizer).step is not Algorithm.Optimizer.step:  # a subclass's own step
+    if not _plain_step(optimizer):  # a subclass's own step
         optimizer.step(loss)
         return
     optimizer._optim.zero_grad()
     loss.backward()
+    _clip_and_step(optimizer)
+
+
+def _plain_step(optimizer) -> bool:
+    from tianshou.algorithm.algorithm_base import Algorithm
+
+    return type(optimizer).step is Algorithm.Optimizer.step
+
+
+def _clip_and_step(optimizer) -> None:
+    """The rest of ``Algorithm.Optimizer.step`` once the gradients are there."""
     if optimizer._max_grad_norm is not None:
         clip_grad_norm(_parameters(optimizer._module), optimizer._max_grad_norm)
     optimizer_step(optimizer._optim)
@@ -312,10 +325,45 @@ def _qrdqn_learn(wrapper, qrdqn, buffer, indices: np.ndarray, weight):
 # ------------------------------------------------------------------------------ actor-critic family
 def _critic_step(critic, optimizer, obs: torch.Tensor, act: torch.Tensor, returns: torch.Tensor, weight):
     """``_minimize_critic_squared_loss``: one critic's squared TD loss and optimizer step."""
-    td = _forward(critic)(obs, act).flatten() - returns.flatten()
-    loss = (td.pow(2) * weight).mean()
+    loss = _critic_loss(critic, obs, act, returns, weight)
     _step(optimizer, loss)
     return loss
+
+
+def _critic_loss(critic, obs: torch.Tensor, act: torch.Tensor, returns: torch.Tensor, weight) -> torch.Tensor:
+    td = _forward(critic)(obs, act).flatten() - returns.flatten()
+    return (td.pow(2) * weight).mean()
+
+
+def _twin_critic_steps(critics: tuple, optimizers: tuple, obs: torch.Tensor, act: torch.Tensor,
+                       returns: torch.Tensor, weight) -> list[torch.Tensor]:
+    """:func:`_critic_step` for both critics of TD3 / SAC, in order, with one backward for the two losses
+    where the critics are separate networks, each stepped by Tianshou's own ``Optimizer.step`` over its own
+    parameters: a loss then reaches only its own critic's parameters, so each gradient is the one its own
+    backward writes, and the second loss never reads the first critic's weights, which its step changes
+    first in Tianshou's order. The two clips and steps follow in Tianshou's order."""
+    if not _disjoint(critics, optimizers):
+        return [_critic_step(c, o, obs, act, returns, weight) for c, o in zip(critics, optimizers)]
+    losses = [_critic_loss(critic, obs, act, returns, weight) for critic in critics]
+    for optimizer in optimizers:
+        optimizer._optim.zero_grad()
+    torch.autograd.backward(losses)
+    for optimizer in optimizers:
+        _clip_and_step(optimizer)
+    return losses
+
+
+def _disjoint(critics: tuple, optimizers: tuple) -> bool:
+    """Whether each optimizer is Tianshou's own step of its critic alone, no parameter is shared, and
+    ``Tensor.backward`` is torch's own (fp16's loss scaling patches it, and its scale may change between
+    the two steps)."""
+    if torch.Tensor.backward is not _TENSOR_BACKWARD or critics[0] is critics[1] or not all(_plain_step(o) and o._module is c for c, o in zip(critics, optimizers)):
+        return False
+    owned = [{id(p) for p in _parameters(critic)} for critic in critics]
+    if owned[0] & owned[1]:
+        return False
+    return all(id(p) in own for own, o in zip(owned, optimizers) for group in o._optim.param_groups
+               for p in group["params"])
 
 
 def _actor_critic_inputs(algorithm, buffer, indices: np.ndarray, weight, returns: torch.Tensor):
@@ -366,8 +414,8 @@ def _td3_learn(wrapper, td3, buffer, indices: np.ndarray, weight):
     returns = _nstep_returns(td3, buffer, indices, td3.n_step_return_horizon, target_q_of)
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(td3, buffer, indices, weight, returns)
     with _training(wrapper, td3, [actor, critic, critic2], obs_np, act_np):
-        critic1_loss = _critic_step(critic, td3.critic_optim, obs, act, returns, weights)
-        critic2_loss = _critic_step(critic2, td3.critic2_optim, obs, act, returns, weights)
+        critic1_loss, critic2_loss = _twin_critic_steps((critic, critic2), (td3.critic_optim, td3.critic2_optim),
+                                                        obs, act, returns, weights)
         if td3._cnt % td3.update_actor_freq == 0:
             actor_loss = -_forward(critic)(obs, _forward(actor)(obs)[0]).mean()
             td3._last = actor_loss.item()
@@ -395,8 +443,8 @@ def _sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
     returns = _nstep_returns(sac, buffer, indices, sac.n_step_return_horizon, target_q_of)
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(sac, buffer, indices, weight, returns)
     with _training(wrapper, sac, [actor, critic, critic2], obs_np, act_np):
-        critic1_loss = _critic_step(critic, sac.critic_optim, obs, act, returns, weights)
-        critic2_loss = _critic_step(critic2, sac.critic2_optim, obs, act, returns, weights)
+        critic1_loss, critic2_loss = _twin_critic_steps((critic, critic2), (sac.critic_optim, sac.critic2_optim),
+                                                        obs, act, returns, weights)
         act_pi, log_prob = _squashed_gaussian(actor, obs)
         actor_loss = (alpha * log_prob.flatten() - torch.min(_forward(critic)(obs, act_pi).flatten(),
                                                              _forward(critic2)(obs, act_pi).flatten())).mean()

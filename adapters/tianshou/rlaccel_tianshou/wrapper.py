@@ -14,6 +14,7 @@ traced lazily on the first training batch, so no example input is needed.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from typing import Any
@@ -95,6 +96,8 @@ class _SparseDenseMixin:
         """The update path under ``precision.dtype`` (autocast, with loss scaling for fp16; fp32: nothing)."""
         from rlaccel_tianshou.fused import first_parameter
 
+        if self.rlaccel_config.precision.dtype == "fp32":
+            return contextlib.nullcontext()
         device = first_parameter(self.wrapped_algorithm).device
         trained = [optimizer._module for optimizer in self.wrapped_algorithm._optimizers]
         return update_autocast(self.rlaccel_config.precision.dtype, str(device), self.guard, fp32_outputs_of=trained)
