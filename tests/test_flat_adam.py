@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import io
 
 import pytest
@@ -178,3 +179,24 @@ def test_what_the_flat_step_does_not_cover_runs_the_optimizers_own_step(case):
         stock.step()
     assert all(torch.equal(p, q) for p, q in zip(net.parameters(), twin.parameters()))
     assert not flat_adam._LAYOUTS.get(optimizer)
+
+
+def test_zero_grad_is_the_optimizers_and_defers_to_its_own_override(monkeypatch):
+    from rlaccel_plugins.fused import zero_grad
+
+    net = _net()
+    optimizer = torch.optim.Adam(net.parameters())
+    net(torch.ones(3, 4)).sum().backward()
+    zero_grad(optimizer)
+    assert all(p.grad is None for p in net.parameters()) and hasattr(optimizer, "_zero_grad_profile_name")
+
+    class KeepsZeros(torch.optim.SGD):  # an override (set_to_none=False) must run, not ours
+        def zero_grad(self, set_to_none: bool = False) -> None:
+            super().zero_grad(set_to_none=False)
+
+    for own in (KeepsZeros(net.parameters(), lr=0.1), torch.optim.SGD(net.parameters(), lr=0.1)):
+        if type(own) is torch.optim.SGD:
+            own.zero_grad = functools.partial(torch.optim.Optimizer.zero_grad, own, set_to_none=False)
+        net(torch.ones(3, 4)).sum().backward()
+        zero_grad(own)
+        assert all(p.grad is not None and not p.grad.any() for p in net.parameters())

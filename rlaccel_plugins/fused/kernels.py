@@ -102,6 +102,29 @@ def polyak_update_(params: list[torch.Tensor], target_params: list[torch.Tensor]
     torch._foreach_add_(target_params, params, alpha=tau)
 
 
+def zero_grad(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.zero_grad()`` (``set_to_none=True``, its default): every gradient set to None, without
+    the call's ``torch._disable_dynamo`` wrapper and profiler label (~8 µs a call, three calls per
+    TD3/SAC update). An optimizer whose class or instance has its own ``zero_grad``, or a call while the
+    autograd profiler runs (so that traces keep the label), gets the optimizer's own.
+
+    Examples:
+        >>> w = torch.nn.Parameter(torch.ones(2)); w.grad = torch.ones(2)
+        >>> zero_grad(torch.optim.SGD([w], lr=0.1)); w.grad is None
+        True
+    """
+    if type(optimizer).zero_grad is not torch.optim.Optimizer.zero_grad or "zero_grad" in optimizer.__dict__ \
+            or torch.autograd.profiler._is_profiler_enabled:
+        optimizer.zero_grad()
+        return
+    if not hasattr(optimizer, "_zero_grad_profile_name"):  # what zero_grad does on its first call
+        optimizer._patch_step_function()
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None:
+                p.grad = None
+
+
 def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """``torch.nn.utils.get_total_norm(grads)``, the same ops and result, without its per-call grouping
     by device and dtype when there is one group (one network's gradients): 0.45-0.78x its time for an

@@ -23,6 +23,7 @@ Examples:
 from __future__ import annotations
 
 import itertools
+import operator
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -46,28 +47,31 @@ def global_call_hooks() -> bool:
 
 
 class _Snapshot:
-    """A module tree's structure — each module's children and parameter objects — and what was built from it."""
+    """A module tree's structure — each module's children and parameter objects — and what was built from it.
 
-    __slots__ = ("checked", "entries", "hooked", "results")
+    The check reads the dicts every module keeps them in (``_modules``, ``_parameters`` and the four call
+    hook dicts; ``Module`` edits them in place and never replaces them): their lengths, and their entries
+    by identity (``operator.is_``: tensors compare by value), over one flat sequence (~3x faster than a
+    walk module by module)."""
+
+    __slots__ = ("checked", "containers", "entries", "hook_dicts", "hooked", "lengths", "results")
 
     def __init__(self, root: torch.nn.Module, epoch: int | None) -> None:
         modules = list(root.modules())
-        # children by identity (modules compare by identity); parameters by id, as tensors compare by value
-        # (the ids stay unique while the tree holds the objects: a replaced one is a changed tree anyway)
-        self.entries = [(m, tuple(m._modules.values()), tuple(map(id, m._parameters.values()))) for m in modules]
+        self.containers = [d for m in modules for d in (m._modules, m._parameters)]
+        self.hook_dicts = [d for m in modules for d in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
+                                                        m._backward_pre_hooks)]
+        self.lengths = [len(d) for d in self.containers]
+        self.entries = [v for d in self.containers for v in d.values()]
         self.results: dict[str, Any] = {}
         self.checked = epoch
         # built while a hook was registered: what was built then is not kept (the hook may go again)
-        self.hooked = global_call_hooks() or any(has_call_hooks(m) for m in modules)
+        self.hooked = global_call_hooks() or any(self.hook_dicts)
 
     def unchanged(self) -> bool:
-        if self.hooked or global_call_hooks():
-            return False
-        for module, children, parameter_ids in self.entries:
-            if has_call_hooks(module) or tuple(module._modules.values()) != children \
-                    or tuple(map(id, module._parameters.values())) != parameter_ids:
-                return False
-        return True
+        return not (self.hooked or global_call_hooks() or any(self.hook_dicts)) \
+            and list(map(len, self.containers)) == self.lengths \
+            and all(map(operator.is_, itertools.chain.from_iterable(map(dict.values, self.containers)), self.entries))
 
 
 _SNAPSHOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from rlaccel_plugins.fused import OptimizerKernels, optimizer_step
+from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, zero_grad
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
 from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
@@ -275,7 +275,7 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
 
         def step(observations, actions, target, weights=None):
             loss, weighted = loss_of(model, observations, actions, target, weights, batch_size)
-            policy.optimizer.zero_grad()
+            zero_grad(policy.optimizer)
             weighted.backward()
             if model.max_grad_norm is not None:
                 clip_grad_norm(parameters, model.max_grad_norm)
@@ -393,13 +393,13 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
                 next_q, _ = torch.min(next_q, dim=1, keepdim=True)
                 target = rewards + (1 - dones) * discounts * next_q
             critic_loss, weighted = _critic_losses(critic_f(observations, actions), target, weights)
-            critic.optimizer.zero_grad()
+            zero_grad(critic.optimizer)
             weighted.backward()
             steps.optimizer_step(critic.optimizer)
             if not update_actor:
                 return (critic_loss.detach(),)
             actor_loss = -q1_f(observations, actor_f(observations)).mean()
-            actor.optimizer.zero_grad()
+            zero_grad(actor.optimizer)
             actor_loss.backward()
             steps.optimizer_step(actor.optimizer)
             polyak_update_(*critic_pairs, model.tau)
@@ -472,7 +472,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
                 ent_coef = torch.exp(model.log_ent_coef.detach())
                 ent_coef_loss = -(model.log_ent_coef * (log_prob + model.target_entropy).detach()).mean()
                 outputs = (ent_coef_loss.detach(),)
-                model.ent_coef_optimizer.zero_grad()
+                zero_grad(model.ent_coef_optimizer)
                 ent_coef_loss.backward()
                 steps.optimizer_step(model.ent_coef_optimizer)
             else:
@@ -486,13 +486,13 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
                 target = rewards + (1 - dones) * discounts * next_q
             critic_loss, weighted = _critic_losses(critic_f(observations, actions), target, weights)
             critic_loss, weighted = 0.5 * critic_loss, 0.5 * weighted
-            critic.optimizer.zero_grad()
+            zero_grad(critic.optimizer)
             weighted.backward()
             steps.optimizer_step(critic.optimizer)
             q_values_pi = torch.cat(critic_f(observations, actions_pi), dim=1)
             min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
             actor_loss = (ent_coef * log_prob - min_qf_pi).mean()
-            actor.optimizer.zero_grad()
+            zero_grad(actor.optimizer)
             actor_loss.backward()
             steps.optimizer_step(actor.optimizer)
             if update_target:
@@ -603,7 +603,7 @@ def _ppo_train(model, fused_optimizer: bool = False) -> None:
                         if model.verbose >= 1:
                             print(f"Early stopping at step {epoch} due to reaching max kl: {approx_kl_div:.2f}")
                         break
-                policy.optimizer.zero_grad()
+                zero_grad(policy.optimizer)
                 loss.backward()
                 clip_grad_norm(parameters, model.max_grad_norm)
                 optimizer_step(policy.optimizer)

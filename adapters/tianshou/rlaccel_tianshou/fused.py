@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, polyak_update_
+from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, polyak_update_, zero_grad
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import cached, new_epoch
@@ -228,7 +228,7 @@ def _step(optimizer, loss: torch.Tensor) -> None:
     if not _plain_step(optimizer):  # a subclass's own step
         optimizer.step(loss)
         return
-    optimizer._optim.zero_grad()
+    zero_grad(optimizer._optim)
     loss.backward()
     _clip_and_step(optimizer)
 
@@ -346,7 +346,7 @@ def _twin_critic_steps(critics: tuple, optimizers: tuple, obs: torch.Tensor, act
         return [_critic_step(c, o, obs, act, returns, weight) for c, o in zip(critics, optimizers)]
     losses = [_critic_loss(critic, obs, act, returns, weight) for critic in critics]
     for optimizer in optimizers:
-        optimizer._optim.zero_grad()
+        zero_grad(optimizer._optim)
     torch.autograd.backward(losses)
     for optimizer in optimizers:
         _clip_and_step(optimizer)
