@@ -33,7 +33,7 @@ from tianshou.data.collector import EpisodeRolloutHook, StepHook, _dict_of_arr_t
 from tianshou.data.utils.converter import to_numpy
 from tianshou.utils.torch_utils import torch_train_mode
 
-from rlaccel_plugins.fused.module_cache import flags_set_mode
+from rlaccel_plugins.fused.module_cache import cached, flags_set_mode
 from rlaccel_tianshou import step_write
 
 log = logging.getLogger("tianshou.data.collector")
@@ -73,12 +73,13 @@ class LeanCollector(Collector):
 
     def _q_network(self) -> Any:
         """The Q-network's forward on an observation array: the fused updates' flat ``Net`` (the same ops
-        without the module calls) where it applies, else the module."""
-        from rlaccel_tianshou.fused import _flat_net, first_parameter
+        without the module calls; built once and kept while the network stays the same) where it
+        applies, else the module."""
+        from rlaccel_tianshou.fused import _forward, first_parameter
 
         net = self.policy.model
-        flat = _flat_net(net)
-        if flat is None:
+        flat = _forward(net)
+        if flat is net:
             return net
         device = first_parameter(net.model).device  # what MLP.forward reads (torch_device), once per collect
         return lambda obs: flat(torch.as_tensor(obs, device=device, dtype=torch.float32))
@@ -279,8 +280,8 @@ def _eval_mode(policy: torch.nn.Module):
     the tree through ``children()`` and ``Module.__setattr__``, twice per ``collect()`` call (~100 µs here
     for a DQN's 11 modules); where no module overrides ``train`` the same flags are set on one list of
     the modules. A module that overrides ``train`` or ``__setattr__`` gets Tianshou's own switch."""
-    modules = list(policy.modules())
-    if not flags_set_mode(modules):
+    modules = cached(policy, "modules", lambda: list(policy.modules()))  # kept while the tree stays the same
+    if not cached(policy, "flags_set_mode", lambda: flags_set_mode(modules)):
         with torch_train_mode(policy, enabled=False):
             yield
         return
