@@ -92,7 +92,7 @@ def _covered(optimizer: torch.optim.Optimizer) -> bool:
             return False
         for p in group["params"]:
             grad = p.grad
-            if p.dtype is not _FLOAT32 or p.device.type != "cpu" or not p.is_contiguous() or (
+            if p.dtype is not _FLOAT32 or not p.is_cpu or not p.is_contiguous() or (
                     grad is not None and (grad.dtype is not _FLOAT32 or grad.layout is not _STRIDED)):
                 return False
     return True
