@@ -173,8 +173,8 @@ def test_a_one_line_change_to_the_loss_breaks_the_equivalence(monkeypatch):
     import torch.nn.functional as F
     from rlaccel_sb3 import fused as fused_module
 
-    def huber_with_beta_0_99(model, observations, actions, target, weights, batch_size):  # one changed argument
-        current = torch.gather(model.q_net(observations), dim=1, index=actions.long())
+    def huber_with_beta_0_99(model, q_net, observations, actions, target, weights, batch_size):  # one changed argument
+        current = torch.gather(q_net(observations), dim=1, index=actions.long())
         loss = F.smooth_l1_loss(current, target, beta=0.99)
         return loss, loss
 
@@ -213,8 +213,8 @@ def test_the_fused_optimizer_agrees_with_sb3s_ppo_and_a_one_line_loss_change_bre
     stock, fused = _on_policy_run("PPO", False, 13, **dict(kwargs)), _on_policy_run("PPO", True, 13, **dict(kwargs))
     assert differences(stock, fused) and differences(stock, fused, **FUSED_OPTIMIZER_TOLERANCE) == []
 
-    def huber_with_beta_0_99(model, observations, actions, target, weights, batch_size):
-        current = torch.gather(model.q_net(observations), dim=1, index=actions.long())
+    def huber_with_beta_0_99(model, q_net, observations, actions, target, weights, batch_size):
+        current = torch.gather(q_net(observations), dim=1, index=actions.long())
         loss = F.smooth_l1_loss(current, target, beta=0.99)
         return loss, loss
 

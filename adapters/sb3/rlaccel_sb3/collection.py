@@ -28,6 +28,7 @@ import torch
 from gymnasium import spaces
 
 from rlaccel_plugins.fused.flat import flat_layers
+from rlaccel_plugins.fused.module_cache import has_call_hooks
 from rlaccel_sb3.training_mode import set_training_mode
 
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # PPO/A2C: MLP policy, no gSDE
@@ -143,23 +144,16 @@ def _flat_greedy(policy) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """SB3's DQN ``q_net._predict`` on a plain-Box observation — ``preprocess_obs`` (``.float()``),
     ``Flatten``, the ``Sequential`` MLP, ``argmax`` — as the same tensor ops without the nine module calls
     (~3 µs of hook checks each), or None where the network is anything else or has hooks."""
-    from stable_baselines3.common.torch_layers import FlattenExtractor
-    from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
+    from stable_baselines3.dqn.policies import DQNPolicy
 
-    q_net = getattr(policy, "q_net", None)
-    if not isinstance(policy, DQNPolicy) or type(q_net) is not QNetwork \
-            or type(q_net.features_extractor) is not FlattenExtractor or len(policy.observation_space.shape) != 1:
+    from rlaccel_sb3.flat_actor_critic import flat_q_values
+
+    if not isinstance(policy, DQNPolicy) or has_call_hooks(policy):
         return None
-    extractor = q_net.features_extractor
-    mlp = flat_layers([policy, q_net, extractor, extractor.flatten], q_net.q_net)
-    if mlp is None:
+    q_values = flat_q_values(policy.q_net)
+    if q_values is None:
         return None
-
-    def greedy(observation: torch.Tensor) -> torch.Tensor:
-        # preprocess_obs is .float(); Flatten is the identity on a (n, features) batch
-        return mlp(observation.float()).argmax(dim=1).reshape(-1)
-
-    return greedy
+    return lambda observation: q_values(observation).argmax(dim=1).reshape(-1)
 
 
 # ---------------------------------------------------------------------------------------- on-policy

@@ -1,4 +1,5 @@
-"""SB3's off-policy actors and critics as flat functions: the same tensor ops, without module calls.
+"""SB3's off-policy actors, critics and DQN's Q-network as flat functions: the same tensor ops, without
+module calls.
 
 A fused SAC gradient step calls SB3's actor twice and its critic and target critic three times —
 about 60 module calls of a few µs of Python each (hook checks, ``__call__`` dispatch) — and builds a
@@ -59,6 +60,11 @@ def critic_q1(critic: torch.nn.Module, epoch: int | None = None) -> Callable:
     return cached(critic, "sb3.critic_q1", lambda: _critic(critic, first_only=True) or critic.q1_forward, epoch)
 
 
+def q_values(q_net: torch.nn.Module, epoch: int | None = None) -> Callable:
+    """DQN's ``q_net(obs)`` (SB3's ``QNetwork``): every action's Q-value."""
+    return cached(q_net, "sb3.q_values", lambda: flat_q_values(q_net) or q_net, epoch)
+
+
 def _around(network: torch.nn.Module, *methods: str) -> list[torch.nn.Module] | None:
     """The modules whose calls a flat function of ``network`` skips (the network, its flatten extractor),
     where the network takes a 1-D Box observation through SB3's ``FlattenExtractor`` and no instance
@@ -97,6 +103,17 @@ def _action_log_prob(actor: torch.nn.Module) -> Callable | None:
         return actions, log_prob
 
     return flat_action_log_prob
+
+
+def flat_q_values(q_net: torch.nn.Module) -> Callable | None:
+    """``q_net(obs)`` of an MLP ``QNetwork`` on a 1-D Box, as flat layers; None elsewhere or with a hook."""
+    from stable_baselines3.dqn.policies import QNetwork
+
+    around = _around(q_net, "forward", "extract_features")
+    if type(q_net) is not QNetwork or around is None:
+        return None
+    mlp = flat_layers(around, q_net.q_net)
+    return None if mlp is None else (lambda obs: mlp(obs.float()))
 
 
 def _actor_forward(actor: torch.nn.Module) -> Callable | None:

@@ -65,7 +65,8 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
     graphs = _GraphsPerModel(model, guard, cuda_graphs)
     if own is DQN.train:
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs, fused_optimizer)
+            _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs,
+                         lambda: flat.q_values(model.q_net, new_epoch()), fused_optimizer)
     elif own is SAC.train:
         def train(gradient_steps: int, batch_size: int = 100) -> None:
             _sac_train(model, gradient_steps, batch_size, graphs, fused_optimizer)
@@ -80,7 +81,8 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
             _a2c_train(model, fused_optimizer)
     elif own is _qrdqn_train():
         def train(gradient_steps: int, batch_size: int = 100) -> None:
-            _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs, fused_optimizer)
+            _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs,
+                         lambda: model.quantile_net, fused_optimizer)
     else:
         return None
     train.__doc__ = f"rlaccel's fused {type(model).__name__}.train (same math, fewer ops)"
@@ -263,8 +265,9 @@ def _flat(value: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------- value-based
 def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callable, loss_of: Callable,
-                 graphs: _GraphsPerModel, fused_optimizer: bool = False) -> None:
-    """DQN-style ``train()``: the target network is fixed for the call, so all targets come first."""
+                 graphs: _GraphsPerModel, network_of: Callable, fused_optimizer: bool = False) -> None:
+    """DQN-style ``train()``: the target network is fixed for the call, so all targets come first.
+    ``network_of()``: the online network's forward for the call (DQN's as flat layers where it can be)."""
     policy = model.policy
     set_training_mode(policy, True)
     model._update_learning_rate(policy.optimizer)
@@ -272,9 +275,10 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
     if gradient_steps > 0:
         parameters = module_parameters(policy)
         optimizers = [policy.optimizer]
+        network = network_of()
 
         def step(observations, actions, target, weights=None):
-            loss, weighted = loss_of(model, observations, actions, target, weights, batch_size)
+            loss, weighted = loss_of(model, network, observations, actions, target, weights, batch_size)
             zero_grad(policy.optimizer)
             weighted.backward()
             if model.max_grad_norm is not None:
@@ -307,8 +311,8 @@ def _dqn_targets(model, batches: _Batches, discounts, k: int, batch_size: int) -
     return batches.rewards + (1 - batches.dones) * discounts * next_q
 
 
-def _dqn_loss(model, observations, actions, target, weights, batch_size: int):
-    current = torch.gather(model.q_net(observations), dim=1, index=actions.long())
+def _dqn_loss(model, q_net: Callable, observations, actions, target, weights, batch_size: int):
+    current = torch.gather(q_net(observations), dim=1, index=actions.long())
     if weights is None:
         loss = F.smooth_l1_loss(current, target)
         return loss, loss
@@ -324,10 +328,10 @@ def _qrdqn_targets(model, batches: _Batches, discounts, k: int, batch_size: int)
     return batches.rewards + (1 - batches.dones) * discounts * next_quantiles
 
 
-def _qrdqn_loss(model, observations, actions, target, weights, batch_size: int):
+def _qrdqn_loss(model, quantile_net: Callable, observations, actions, target, weights, batch_size: int):
     from sb3_contrib.common.utils import quantile_huber_loss
 
-    current = model.quantile_net(observations)
+    current = quantile_net(observations)
     index = actions[..., None].long().expand(batch_size, model.n_quantiles, 1)
     current = torch.gather(current, dim=2, index=index).squeeze(dim=2)
     if weights is None:
