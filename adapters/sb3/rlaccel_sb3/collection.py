@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from rlaccel_plugins.fused.distributions import FlatCategorical
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.module_cache import has_call_hooks
 from rlaccel_sb3.training_mode import set_training_mode
@@ -171,13 +172,9 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
     action_shape = (-1, *model.action_space.shape)
 
     def categorical(logits: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = _categorical_logits(logits)
-        probs = torch.softmax(logits, dim=-1)
-        if deterministic:
-            actions = torch.argmax(probs, dim=1)
-        else:
-            actions = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
-        return actions, logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        distribution = FlatCategorical(logits)
+        actions = torch.argmax(distribution.probs, dim=1) if deterministic else distribution.sample()
+        return actions, distribution.log_prob(actions)
 
     def gaussian(mean: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         std = _gaussian_std(policy, mean)
@@ -214,11 +211,8 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
     policy = model.policy
 
     def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = _categorical_logits(logits)
-        log_prob = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)  # Categorical.log_prob
-        probs = torch.softmax(logits, dim=-1)  # Categorical.entropy
-        entropy = -(torch.clamp(logits, min=torch.finfo(logits.dtype).min) * probs).sum(-1)
-        return log_prob, entropy
+        distribution = FlatCategorical(logits)  # log-probability first, as SB3 asks: probs made after it
+        return distribution.log_prob(actions), distribution.entropy()
 
     def gaussian(mean: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         std = _gaussian_std(policy, mean)
@@ -238,11 +232,6 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
 
 
 LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
-
-
-def _categorical_logits(logits: torch.Tensor) -> torch.Tensor:
-    """The logits torch's ``Categorical(logits=...)`` keeps (normalised)."""
-    return logits - logits.logsumexp(dim=-1, keepdim=True)
 
 
 def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, polyak_update_, zero_grad
+from rlaccel_plugins.fused.distributions import FlatCategorical
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import cached, new_epoch
@@ -574,9 +575,13 @@ def _split(length: int, size: int, shuffle: bool):
 
 def _policy_dist(policy, obs: torch.Tensor):
     """``policy(batch).dist`` of a ``ProbabilisticActorPolicy`` within a training step, with its
-    ``dist.sample()`` (unused here, drawn so the random stream stays Tianshou's)."""
+    ``dist.sample()`` (unused here, drawn so the random stream stays Tianshou's). Tianshou's default
+    ``dist_fn_categorical_from_logits`` is ``Categorical(logits=...)``: its ops without the object's
+    argument checks (:class:`~rlaccel_plugins.fused.distributions.FlatCategorical`)."""
+    from tianshou.algorithm.modelfree.reinforce import dist_fn_categorical_from_logits
+
     logits, _ = _forward(policy.actor)(obs)
-    dist = policy.dist_fn(logits)
+    dist = FlatCategorical(logits) if policy.dist_fn is dist_fn_categorical_from_logits else policy.dist_fn(logits)
     dist.sample()
     return dist
 
