@@ -125,6 +125,28 @@ def zero_grad(optimizer: torch.optim.Optimizer) -> None:
                 p.grad = None
 
 
+def backward_to(loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+    """``loss.backward()``, computing only the gradients ``optimizer`` applies: those of its parameters
+    that require one. An actor's loss goes through the critic; the frameworks backpropagate it into the
+    critic's weights too, leave that in their ``.grad`` and zero it before the critic's next step
+    without ever applying it — a weight-gradient matmul per critic layer, ~10% of a SAC step's
+    arithmetic. The optimizer's own parameters get the same gradients, bit for bit (autograd runs the
+    same ops on every path to them); the other parameters' ``.grad`` is left as it was.
+
+    Examples:
+        >>> actor, critic = torch.nn.Linear(2, 1), torch.nn.Linear(1, 1)
+        >>> optimizer = torch.optim.SGD(actor.parameters(), lr=0.1)
+        >>> backward_to(-critic(actor(torch.ones(3, 2))).mean(), optimizer)
+        >>> actor.weight.grad is not None, critic.weight.grad is None
+        (True, True)
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    if params:
+        loss.backward(inputs=params)
+    else:
+        loss.backward()
+
+
 def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """``torch.nn.utils.get_total_norm(grads)``, the same ops and result, without its per-call grouping
     by device and dtype when there is one group (one network's gradients): 0.45-0.78x its time for an

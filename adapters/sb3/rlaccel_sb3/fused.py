@@ -35,7 +35,7 @@ from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, zero_grad
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
-from rlaccel_plugins.fused.kernels import clip_grad_norm
+from rlaccel_plugins.fused.kernels import backward_to, clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
@@ -404,7 +404,7 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
                 return (critic_loss.detach(),)
             actor_loss = -q1_f(observations, actor_f(observations)).mean()
             zero_grad(actor.optimizer)
-            actor_loss.backward()
+            backward_to(actor_loss, actor.optimizer)  # not into the critic's weights: never applied
             steps.optimizer_step(actor.optimizer)
             polyak_update_(*critic_pairs, model.tau)
             polyak_update_(*actor_pairs, model.tau)
@@ -497,7 +497,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
             min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
             actor_loss = (ent_coef * log_prob - min_qf_pi).mean()
             zero_grad(actor.optimizer)
-            actor_loss.backward()
+            backward_to(actor_loss, actor.optimizer)  # not into the critics' weights: never applied
             steps.optimizer_step(actor.optimizer)
             if update_target:
                 polyak_update_(*critic_pairs, model.tau)

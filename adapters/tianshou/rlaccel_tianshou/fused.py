@@ -38,7 +38,7 @@ import torch
 from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, polyak_update_, zero_grad
 from rlaccel_plugins.fused.distributions import FlatCategorical
 from rlaccel_plugins.fused.flat import flat_layers
-from rlaccel_plugins.fused.kernels import clip_grad_norm
+from rlaccel_plugins.fused.kernels import backward_to, clip_grad_norm
 from rlaccel_plugins.fused.module_cache import cached, new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_tianshou.buffer_reads import sample_indices, unfinished_index
@@ -223,14 +223,19 @@ def _training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarra
             yield
 
 
-def _step(optimizer, loss: torch.Tensor) -> None:
+def _step(optimizer, loss: torch.Tensor, own_gradients_only: bool = False) -> None:
     """Tianshou's ``Algorithm.Optimizer.step(loss)``: zero the gradients, backward, clip to its
-    ``max_grad_norm``, step — the step as flat ops where :mod:`rlaccel_plugins.fused.flat_adam` covers it."""
+    ``max_grad_norm``, step — the step as flat ops where :mod:`rlaccel_plugins.fused.flat_adam` covers it.
+    ``own_gradients_only``: the backward computes only the optimizer's parameters' gradients (an actor's
+    loss: not into the critics' weights, whose gradients Tianshou computes and never applies)."""
     if not _plain_step(optimizer):  # a subclass's own step
         optimizer.step(loss)
         return
     zero_grad(optimizer._optim)
-    loss.backward()
+    if own_gradients_only:
+        backward_to(loss, optimizer._optim)
+    else:
+        loss.backward()
     _clip_and_step(optimizer)
 
 
@@ -390,7 +395,7 @@ def _ddpg_learn(wrapper, ddpg, buffer, indices: np.ndarray, weight):
     with _training(wrapper, ddpg, [actor, critic], obs_np, act_np):
         critic_loss = _critic_step(critic, ddpg.critic_optim, obs, act, returns, weights)
         actor_loss = -_forward(critic)(obs, _forward(actor)(obs)[0]).mean()
-        _step(ddpg.policy_optim, actor_loss)
+        _step(ddpg.policy_optim, actor_loss, own_gradients_only=True)
         _polyak(ddpg)
     return wrapper._stats(DDPGTrainingStats(actor_loss=actor_loss.item(), critic_loss=critic_loss.item()))
 
@@ -420,7 +425,7 @@ def _td3_learn(wrapper, td3, buffer, indices: np.ndarray, weight):
         if td3._cnt % td3.update_actor_freq == 0:
             actor_loss = -_forward(critic)(obs, _forward(actor)(obs)[0]).mean()
             td3._last = actor_loss.item()
-            _step(td3.policy_optim, actor_loss)
+            _step(td3.policy_optim, actor_loss, own_gradients_only=True)
             _polyak(td3)
         td3._cnt += 1
     return wrapper._stats(TD3TrainingStats(actor_loss=td3._last, critic1_loss=critic1_loss.item(),
@@ -449,7 +454,7 @@ def _sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
         act_pi, log_prob = _squashed_gaussian(actor, obs)
         actor_loss = (alpha * log_prob.flatten() - torch.min(_forward(critic)(obs, act_pi).flatten(),
                                                              _forward(critic2)(obs, act_pi).flatten())).mean()
-        _step(sac.policy_optim, actor_loss)
+        _step(sac.policy_optim, actor_loss, own_gradients_only=True)
         alpha_loss = sac.alpha.update(-log_prob.detach())
         _polyak(sac)
     return wrapper._stats(SACTrainingStats(actor_loss=actor_loss.item(), critic1_loss=critic1_loss.item(),
