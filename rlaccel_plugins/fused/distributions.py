@@ -1,4 +1,5 @@
-"""torch's ``Categorical(logits=...)`` as its own ops, without the distribution object's argument checks.
+"""torch's ``Categorical(logits=...)`` and ``Normal(loc, scale)`` as their own ops, without the
+distribution objects' argument checks.
 
 An on-policy update builds a ``Categorical`` per minibatch, and the frameworks' policies build one per
 forward: the constructor checks its argument (a NaN test and an ``all()`` over the logits), and
@@ -8,8 +9,10 @@ normalised logits, ``probs`` (``softmax``, made on first use as torch's lazy pro
 autograd graph is built in the same order), the ``multinomial`` draw of ``sample()``, ``log_prob``'s
 gather and ``entropy``'s clamped sum — with the same ops in the same order: the same values, random
 draws and gradients (the adapters' PPO tests compare them bit for bit with the frameworks' own
-updates). One difference: a NaN logit or an out-of-range action no longer raises here; a NaN reaches
-the loss, where rlaccel's gradient guard sees it.
+updates). :func:`normal_rsample` and :func:`normal_log_prob` are ``Normal``'s reparameterised draw
+(one ``normal_`` of the mean's shape) and log-density in its op order (the order autograd sums the
+scale's gradients in). One difference: a NaN logit, mean or scale, or an out-of-range action, no longer
+raises here; a NaN reaches the loss, where rlaccel's gradient guard sees it.
 
 Examples:
     >>> import torch
@@ -25,7 +28,11 @@ Examples:
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
 class FlatCategorical:
@@ -61,3 +68,21 @@ class FlatCategorical:
     def entropy(self) -> torch.Tensor:
         logits = torch.clamp(self.logits, min=torch.finfo(self.logits.dtype).min)
         return -(logits * self.probs).sum(-1)
+
+
+def normal_rsample(loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``Normal(loc, scale).rsample()`` for a ``scale`` of ``loc``'s shape: the same ``normal_`` draw.
+
+    Examples:
+        >>> loc, scale = torch.zeros(2, 3), torch.ones(2, 3)
+        >>> _ = torch.manual_seed(0); ours = normal_rsample(loc, scale)
+        >>> _ = torch.manual_seed(0); torch.equal(ours, torch.distributions.Normal(loc, scale).rsample())
+        True
+    """
+    return loc + torch.empty(loc.shape, dtype=loc.dtype, device=loc.device).normal_() * scale
+
+
+def normal_log_prob(value: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``Normal(loc, scale).log_prob(value)``, elementwise, in its op order."""
+    var = scale**2
+    return -((value - loc) ** 2) / (2 * var) - scale.log() - LOG_SQRT_2PI

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlaccel_plugins.fused.distributions import FlatCategorical
+from rlaccel_plugins.fused.distributions import FlatCategorical, normal_log_prob, normal_rsample
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.module_cache import has_call_hooks
 from rlaccel_sb3.training_mode import set_training_mode
@@ -180,8 +180,8 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
         std = _gaussian_std(policy, mean)
         if deterministic:
             actions = mean
-        else:  # Normal.rsample
-            actions = mean + torch.empty(mean.shape, dtype=mean.dtype, device=mean.device).normal_() * std
+        else:
+            actions = normal_rsample(mean, std)
         return actions, gaussian_log_prob(actions, mean, std)
 
     sample = categorical if categorical_actions else gaussian
@@ -231,9 +231,6 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
     return evaluate_actions
 
 
-LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
-
-
 def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:
     """SB3's ``DiagGaussianDistribution.proba_distribution`` standard deviation."""
     return torch.ones_like(mean) * policy.log_std.exp()
@@ -242,9 +239,7 @@ def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:
 def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """``Normal(mean, std).log_prob(actions)`` in its op order (the order autograd sums ``std``'s gradients
     in), summed over the action dims as SB3 does."""
-    var = std**2
-    log_scale = std.log()
-    return _sum_independent_dims(-((actions - mean) ** 2) / (2 * var) - log_scale - LOG_SQRT_2PI)
+    return _sum_independent_dims(normal_log_prob(actions, mean, std))
 
 
 def _sum_independent_dims(tensor: torch.Tensor) -> torch.Tensor:

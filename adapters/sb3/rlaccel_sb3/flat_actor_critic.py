@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 import torch
 
+from rlaccel_plugins.fused.distributions import normal_rsample
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.module_cache import cached
 from rlaccel_sb3.collection import gaussian_log_prob
@@ -96,7 +97,7 @@ def _action_log_prob(actor: torch.nn.Module) -> Callable | None:
         latent = latent_pi(obs.float())
         mean = mu(latent)
         std = torch.ones_like(mean) * torch.clamp(log_std(latent), LOG_STD_MIN, LOG_STD_MAX).exp()
-        gaussian = mean + torch.empty(mean.shape, dtype=mean.dtype, device=mean.device).normal_() * std  # rsample
+        gaussian = normal_rsample(mean, std)
         actions = torch.tanh(gaussian)
         log_prob = gaussian_log_prob(gaussian, mean, std)
         log_prob -= torch.sum(torch.log(1 - actions**2 + epsilon), dim=1)  # the tanh correction

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, polyak_update_, zero_grad
-from rlaccel_plugins.fused.distributions import FlatCategorical
+from rlaccel_plugins.fused.distributions import FlatCategorical, normal_log_prob, normal_rsample
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.kernels import backward_to, clip_grad_norm
 from rlaccel_plugins.fused.module_cache import cached, new_epoch
@@ -464,15 +464,17 @@ def _sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
 
 def _squashed_gaussian(actor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``SACPolicy.forward`` within a training step: a reparameterized sample, tanh-squashed, and its
-    corrected log-probability (the same distribution objects, so the same draws and arithmetic)."""
+    corrected log-probability — ``Independent(Normal(loc, scale), 1)``'s draw and log-density as their
+    own ops (:mod:`rlaccel_plugins.fused.distributions`: the same draws and arithmetic, without the
+    objects' argument checks), summed over the last dim as ``Independent`` sums."""
     from tianshou.algorithm.modelfree.sac import correct_log_prob_gaussian_tanh
-    from torch.distributions import Independent, Normal
 
     (loc, scale), _ = _forward(actor)(obs)
-    dist = Independent(Normal(loc=loc, scale=scale), 1)
-    act = dist.rsample()
+    act = normal_rsample(loc, scale)
     squashed = torch.tanh(act)
-    return squashed, correct_log_prob_gaussian_tanh(dist.log_prob(act).unsqueeze(-1), squashed)
+    log_prob = normal_log_prob(act, loc, scale)
+    log_prob = log_prob.reshape(*log_prob.shape[:-1], -1).sum(-1)  # Independent's _sum_rightmost
+    return squashed, correct_log_prob_gaussian_tanh(log_prob.unsqueeze(-1), squashed)
 
 
 # ------------------------------------------------------------------------------------------- PPO
