@@ -110,21 +110,22 @@ def flat_q_values(q_net: torch.nn.Module) -> Callable | None:
     """``q_net(obs)`` of an MLP ``QNetwork`` on a 1-D Box, as flat layers; None elsewhere or with a hook."""
     from stable_baselines3.dqn.policies import QNetwork
 
-    around = _around(q_net, "forward", "extract_features")
-    if type(q_net) is not QNetwork or around is None:
-        return None
-    mlp = flat_layers(around, q_net.q_net)
-    return None if mlp is None else (lambda obs: mlp(obs.float()))
+    return _extractor_then_mlp(q_net, QNetwork, "q_net")
 
 
 def _actor_forward(actor: torch.nn.Module) -> Callable | None:
     from stable_baselines3.td3.policies import Actor
 
-    around = _around(actor, "forward", "extract_features")
-    if type(actor) is not Actor or around is None:
+    return _extractor_then_mlp(actor, Actor, "mu")
+
+
+def _extractor_then_mlp(network: torch.nn.Module, cls: type, mlp: str) -> Callable | None:
+    """``network(obs)`` of a ``cls`` whose forward is the flatten extractor then its ``mlp`` Sequential."""
+    around = _around(network, "forward", "extract_features")
+    if type(network) is not cls or around is None:
         return None
-    mu = flat_layers(around, actor.mu)
-    return None if mu is None else (lambda obs: mu(obs.float()))
+    layers = flat_layers(around, getattr(network, mlp))
+    return None if layers is None else (lambda obs: layers(obs.float()))
 
 
 def _critic(critic: torch.nn.Module, first_only: bool) -> Callable | None:
