@@ -280,8 +280,8 @@ def _eval_mode(policy: torch.nn.Module):
     the tree through ``children()`` and ``Module.__setattr__``, twice per ``collect()`` call (~100 µs here
     for a DQN's 11 modules); where no module overrides ``train`` the same flags are set on one list of
     the modules. A module that overrides ``train`` or ``__setattr__`` gets Tianshou's own switch."""
-    modules = cached(policy, "modules", lambda: list(policy.modules()))  # kept while the tree stays the same
-    if not cached(policy, "flags_set_mode", lambda: flags_set_mode(modules)):
+    modules, flat = cached(policy, "eval_mode", lambda: _modules_and_flat(policy))  # kept while the tree stays
+    if not flat:
         with torch_train_mode(policy, enabled=False):
             yield
         return
@@ -293,6 +293,11 @@ def _eval_mode(policy: torch.nn.Module):
     finally:
         for module in modules:
             module.__dict__["training"] = original_mode
+
+
+def _modules_and_flat(policy: torch.nn.Module) -> tuple[list[torch.nn.Module], bool]:
+    modules = list(policy.modules())
+    return modules, flags_set_mode(modules)
 
 
 class _StepForStats:
