@@ -7,9 +7,11 @@ does not need there) and converts the same observations to tensors once per netw
 update draws the same indices (``buffer.sample_indices``: the same RNG draws), reads only the fields
 the loss needs, computes the end flags only at the indices the n-step sum visits and hands them to
 Tianshou's own ``_nstep_return``, converts each input once, runs the network modules directly with
-the random draws (SAC's ``rsample``, TD3's target noise) in Tianshou's order, steps the optimizers
-through Tianshou's own ``Algorithm.Optimizer`` with PyTorch's multi-tensor (``foreach``) Adam, and
-does the Polyak target update in three multi-tensor ops with Tianshou's rounding. Tianshou's ``Net``,
+the random draws (SAC's ``rsample``, TD3's target noise) in Tianshou's order — torch's ``Categorical``
+and ``Normal`` as their own ops, without the objects' argument checks —, steps the optimizers as
+Tianshou's own ``Algorithm.Optimizer`` does with rlaccel's flat Adam step (TD3's and SAC's two critic
+losses in one backward, an actor's loss backpropagated into the actor's parameters only), and does the
+Polyak target update in three multi-tensor ops with Tianshou's rounding. Tianshou's ``Net``,
 ``MLP``, ``ContinuousCritic``, the continuous actors and ``DiscreteActor`` / ``DiscreteCritic`` of
 Linear/ReLU/Tanh layers are called as the same tensor ops without their module calls (each ``Net`` call
 is four modules deep and lists the network's parameters to find its device), where no forward hook is
@@ -185,7 +187,6 @@ def _as_input(algorithm, array: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(array, device=first_parameter(algorithm).device, dtype=torch.float32)
 
 
-_TENSOR_BACKWARD = torch.Tensor.backward
 _FIRST_PARAMETERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -359,11 +360,16 @@ def _twin_critic_steps(critics: tuple, optimizers: tuple, obs: torch.Tensor, act
     return losses
 
 
+_TENSOR_BACKWARD = torch.Tensor.backward  # torch's own, to tell it from a patch (fp16 loss scaling)
+
+
 def _disjoint(critics: tuple, optimizers: tuple) -> bool:
     """Whether each optimizer is Tianshou's own step of its critic alone, no parameter is shared, and
     ``Tensor.backward`` is torch's own (fp16's loss scaling patches it, and its scale may change between
     the two steps)."""
-    if torch.Tensor.backward is not _TENSOR_BACKWARD or critics[0] is critics[1] or not all(_plain_step(o) and o._module is c for c, o in zip(critics, optimizers)):
+    if torch.Tensor.backward is not _TENSOR_BACKWARD or critics[0] is critics[1]:
+        return False
+    if not all(_plain_step(optimizer) and optimizer._module is critic for critic, optimizer in zip(critics, optimizers)):
         return False
     owned = [{id(p) for p in _parameters(critic)} for critic in critics]
     if owned[0] & owned[1]:
