@@ -41,9 +41,13 @@ class Task:
         """Why this task cannot run here, or None."""
         import importlib.util
 
+        if self.requires == "Box2D":  # gymnasium's box2d envs import pygame too
+            absent = [m for m in ("Box2D", "pygame") if importlib.util.find_spec(m) is None]
+            # binary wheels: gymnasium[box2d] pins box2d-py, which builds from source with SWIG
+            return f"{self.env_id} needs the {' and '.join(map(repr, absent))} module (pip install box2d pygame)" \
+                if absent else None
         if self.requires and importlib.util.find_spec(self.requires) is None:
-            return f"{self.env_id} needs the {self.requires!r} module (pip install \"gymnasium[box2d]\")" \
-                if self.requires == "Box2D" else f"{self.env_id} needs the {self.requires!r} module"
+            return f"{self.env_id} needs the {self.requires!r} module"
         return None
 
 
