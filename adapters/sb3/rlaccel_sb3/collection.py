@@ -26,10 +26,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.distributions import sum_independent_dims
 
-from rlaccel_plugins.fused.distributions import FlatCategorical, normal_log_prob, normal_rsample
+from rlaccel_plugins.fused.distributions import FlatCategorical, normal_rsample
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.module_cache import has_call_hooks
+from rlaccel_sb3.flat_actor_critic import flat_q_values, gaussian_log_prob
 from rlaccel_sb3.training_mode import set_training_mode
 
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # PPO/A2C: MLP policy, no gSDE
@@ -147,8 +149,6 @@ def _flat_greedy(policy) -> Callable[[torch.Tensor], torch.Tensor] | None:
     (~3 µs of hook checks each), or None where the network is anything else or has hooks."""
     from stable_baselines3.dqn.policies import DQNPolicy
 
-    from rlaccel_sb3.flat_actor_critic import flat_q_values
-
     if not isinstance(policy, DQNPolicy) or has_call_hooks(policy):
         return None
     q_values = flat_q_values(policy.q_net)
@@ -219,7 +219,7 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
         # log-probability before entropy, as SB3 asks them: the order autograd sums std's gradients in
         log_prob = gaussian_log_prob(actions, mean, std)
         entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
-        return log_prob, _sum_independent_dims(entropy)
+        return log_prob, sum_independent_dims(entropy)
 
     distribution = categorical if categorical_actions else gaussian
 
@@ -234,17 +234,6 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
 def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:
     """SB3's ``DiagGaussianDistribution.proba_distribution`` standard deviation."""
     return torch.ones_like(mean) * policy.log_std.exp()
-
-
-def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """``Normal(mean, std).log_prob(actions)`` in its op order (the order autograd sums ``std``'s gradients
-    in), summed over the action dims as SB3 does."""
-    return _sum_independent_dims(normal_log_prob(actions, mean, std))
-
-
-def _sum_independent_dims(tensor: torch.Tensor) -> torch.Tensor:
-    """SB3's ``sum_independent_dims``."""
-    return tensor.sum(dim=1) if tensor.dim() > 1 else tensor.sum()
 
 
 def _flat_actor_critic(model) -> tuple[Callable, Callable, bool] | None:

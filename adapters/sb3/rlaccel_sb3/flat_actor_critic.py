@@ -34,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from stable_baselines3.common.distributions import sum_independent_dims
 
-from rlaccel_plugins.fused.distributions import normal_rsample
+from rlaccel_plugins.fused.distributions import normal_log_prob, normal_rsample
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.module_cache import cached
-from rlaccel_sb3.collection import gaussian_log_prob
 
 
 def action_log_prob(actor: torch.nn.Module, epoch: int | None = None) -> Callable:
@@ -146,3 +146,9 @@ def _critic(critic: torch.nn.Module, first_only: bool) -> Callable | None:
         return tuple(q(q_input) for q in q_networks)
 
     return flat_critic
+
+
+def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """``Normal(mean, std).log_prob(actions)`` in its op order (the order autograd sums ``std``'s gradients
+    in), summed over the action dims as SB3 does."""
+    return sum_independent_dims(normal_log_prob(actions, mean, std))
