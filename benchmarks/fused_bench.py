@@ -24,7 +24,7 @@ Tianshou's ``Net``-based actor and critics, against the same floors as SB3's; PP
 minibatch step, the whole update included; floor: SB3's PPO floor with ReLU MLPs, minibatch steps only).
 
 Usage:
-    python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--per-call K] [--algos dqn,qrdqn,sac,td3] [--frameworks sb3,tianshou]
+    python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--per-call K] [--algos dqn,qrdqn,sac,td3,ddpg] [--frameworks sb3,tianshou]
         [--tianshou-algos dqn,sac,td3,ddpg,ppo] [--fused-optimizer]
 """
 
@@ -46,9 +46,9 @@ FUSED_OPTIMIZER = {"fused_optimizer": False}  # --fused-optimizer: the fused col
 
 def build(algo: str, hidden: tuple[int, ...], device: str = "cpu"):
     from sb3_contrib import QRDQN
-    from stable_baselines3 import DQN, SAC, TD3
+    from stable_baselines3 import DDPG, DQN, SAC, TD3
 
-    cls = {"dqn": DQN, "qrdqn": QRDQN, "sac": SAC, "td3": TD3}[algo]
+    cls = {"dqn": DQN, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "ddpg": DDPG}[algo]
     env = "CartPole-v1" if algo in ("dqn", "qrdqn") else "Pendulum-v1"
     model = cls("MlpPolicy", env, learning_starts=100_000, seed=0, device=device,
                 policy_kwargs=dict(net_arch=list(hidden)))
@@ -176,7 +176,7 @@ def main() -> None:
     parser.add_argument("--per-call", type=int, default=None,
                         help="SB3: gradient steps per train() call (default: all --steps in one call; "
                              "1 is SAC's train_freq=1 / gradient_steps=1)")
-    parser.add_argument("--algos", default="dqn,qrdqn,sac,td3", help="SB3 algorithms (empty: none)")
+    parser.add_argument("--algos", default="dqn,qrdqn,sac,td3,ddpg", help="SB3 algorithms (empty: none)")
     parser.add_argument("--frameworks", default="sb3,tianshou")
     parser.add_argument("--tianshou-algos", default="dqn,sac,td3,ddpg,ppo", help="Tianshou algorithms")
     parser.add_argument("--no-ppo", dest="ppo", action="store_false", help="skip the SB3 PPO rows")
