@@ -18,14 +18,15 @@ model and buffer contents (CartPole transitions; the net sizes are what the step
 
 Tianshou: DQN as its CartPole example builds it (``ts-dqn`` rows): ``algorithm.update(buffer, batch)``
 of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, and a hand-written double
-DQN 3-step floor; SAC (auto alpha), TD3 and DDPG on Pendulum (``ts-sac``, ``ts-td3``, ``ts-ddpg``) with
+DQN 3-step floor; QR-DQN (``ts-qrdqn``, 200 quantiles, 3-step) against a hand-written one with
+Tianshou's quantile Huber loss; SAC (auto alpha), TD3 and DDPG on Pendulum (``ts-sac``, ``ts-td3``, ``ts-ddpg``) with
 Tianshou's ``Net``-based actor and critics, against the same floors as SB3's; PPO (``ts-ppo``) as
 ``examples/tianshou_ppo_cartpole.py`` builds it, one epoch over 2,048 transitions per call (ms per
 minibatch step, the whole update included; floor: SB3's PPO floor with ReLU MLPs, minibatch steps only).
 
 Usage:
     python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--per-call K] [--algos dqn,qrdqn,sac,td3,ddpg] [--frameworks sb3,tianshou]
-        [--tianshou-algos dqn,sac,td3,ddpg,ppo] [--fused-optimizer]
+        [--tianshou-algos dqn,qrdqn,sac,td3,ddpg,ppo] [--fused-optimizer]
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def main() -> None:
                              "1 is SAC's train_freq=1 / gradient_steps=1)")
     parser.add_argument("--algos", default="dqn,qrdqn,sac,td3,ddpg", help="SB3 algorithms (empty: none)")
     parser.add_argument("--frameworks", default="sb3,tianshou")
-    parser.add_argument("--tianshou-algos", default="dqn,sac,td3,ddpg,ppo", help="Tianshou algorithms")
+    parser.add_argument("--tianshou-algos", default="dqn,qrdqn,sac,td3,ddpg,ppo", help="Tianshou algorithms")
     parser.add_argument("--no-ppo", dest="ppo", action="store_false", help="skip the SB3 PPO rows")
     parser.add_argument("--fused-optimizer", action="store_true",
                         help="the fused column with training.fused_optimizer: true (single-kernel optimizer step)")
@@ -228,6 +229,8 @@ def main() -> None:
         tianshou_algos = args.tianshou_algos.split(",")
         if "dqn" in tianshou_algos:
             tianshou_rows(args.steps, args.rounds)
+        if "qrdqn" in tianshou_algos:
+            tianshou_qrdqn_rows(args.steps, args.rounds)
         for algo in [a for a in tianshou_algos if a in ("sac", "td3", "ddpg")]:
             tianshou_actor_critic_rows(algo, args.steps, args.rounds)
         if "ppo" in tianshou_algos:
@@ -354,6 +357,76 @@ def tianshou_rows(steps: int, rounds: int) -> None:
                 "act": torch.as_tensor(buffer.act[:10_000]).long()}
         print_row("ts-dqn", hidden, batch, tianshou_update_ms(
             stock, fused, buffer, batch, steps, rounds, functools.partial(tianshou_floor, hidden, batch, steps, data)))
+
+
+def tianshou_qrdqn_rows(steps: int, rounds: int) -> None:
+    """Tianshou QR-DQN as its CartPole example builds it (200 quantiles, 3-step, 128-128-128, batch 64;
+    and 256-256 at batch 256 with fewer steps per round): its own ``update`` against the fused one and
+    :func:`tianshou_qrdqn_floor`."""
+    import gymnasium as gym
+    from rlaccel_tianshou import SparseDenseWrapper
+    from tianshou.algorithm import QRDQN
+    from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+
+    from rlaccel_plugins.loader import load_config
+
+    for hidden, batch in [((128, 128, 128), 64), ((256, 256), 256)]:
+        def algorithm(hidden=hidden):
+            torch.manual_seed(0)
+            net = Net(state_shape=4, action_shape=2, hidden_sizes=list(hidden), num_atoms=200)
+            policy = QRDQNPolicy(model=net, action_space=gym.spaces.Discrete(2), eps_training=0.1)
+            return QRDQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, num_quantiles=200,
+                         n_step_return_horizon=3, target_update_freq=320)
+
+        stock = algorithm()
+        fused = SparseDenseWrapper(algorithm(), config=load_config(preset="classic_control", fused_updates=True,
+                                                                   **FUSED_OPTIMIZER))
+        buffer = VectorReplayBuffer(20_000, 10)
+        collector = Collector(stock, DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(10)]), buffer)
+        collector.reset()
+        collector.collect(n_step=10_000, random=True)
+        data = {"obs": torch.as_tensor(buffer.obs[:10_000]), "rew": torch.as_tensor(buffer.rew[:10_000]).float(),
+                "done": torch.as_tensor(buffer.done[:10_000]).float(),
+                "act": torch.as_tensor(buffer.act[:10_000]).long()}
+        n = steps if batch == 64 else max(4, steps // 8)
+        print_row("ts-qrdqn", hidden, batch, tianshou_update_ms(
+            stock, fused, buffer, batch, n, rounds, functools.partial(tianshou_qrdqn_floor, hidden, batch, n, data)))
+
+
+def tianshou_qrdqn_floor(hidden: tuple[int, ...], batch: int, steps: int, data: dict, quantiles: int = 200) -> float:
+    """QR-DQN with 3-step returns by hand: Tianshou's quantile Huber loss (``smooth_l1_loss`` between every
+    target and current quantile, weighted by ``|tau_hat - 1[delta < 0]|``), episode ends ignored."""
+    layers, width = [], 4
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        width = h
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(width, 2 * quantiles))
+    target = copy.deepcopy(net)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3, fused=True)
+    tau_hat = ((torch.arange(quantiles, dtype=torch.float) + 0.5) / quantiles).view(1, -1, 1)
+    obs, rew, done, act = data["obs"], data["rew"], data["done"], data["act"]
+    rows = torch.arange(batch)
+    start = time.perf_counter()
+    for _ in range(steps):
+        idx = torch.randint(0, len(obs) - 3, (batch,))
+        with torch.no_grad():
+            after = obs[idx + 3]
+            greedy = net(after).view(batch, 2, quantiles).mean(2).argmax(dim=1)
+            next_dist = target(after).view(batch, 2, quantiles)[rows, greedy, :]
+            returns = (rew[idx] + 0.9 * rew[idx + 1] + 0.81 * rew[idx + 2]).unsqueeze(1) \
+                + 0.729 * (1 - done[idx + 2]).unsqueeze(1) * next_dist
+        current = net(obs[idx]).view(batch, 2, quantiles)[rows, act[idx], :].unsqueeze(2)
+        target_dist = returns.unsqueeze(1)
+        dist_diff = F.smooth_l1_loss(target_dist, current, reduction="none")
+        loss = (dist_diff * (tau_hat - (target_dist - current).detach().le(0.0).float()).abs()).sum(-1).mean(1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return time.perf_counter() - start
 
 
 def tianshou_actor_critic(algo: str, hidden: tuple[int, ...]):
