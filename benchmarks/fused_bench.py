@@ -328,15 +328,10 @@ def tianshou_rows(steps: int, rounds: int) -> None:
     """Tianshou DQN (the example's settings: double DQN, 3-step, MSE, 128-128-128, batch 64) on CartPole:
     Tianshou's own ``update``, the wrapper's fused one, and a floor of the same math."""
     import gymnasium as gym
-    from rlaccel_tianshou import SparseDenseWrapper
     from tianshou.algorithm import DQN
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Collector, VectorReplayBuffer
-    from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import Net
-
-    from rlaccel_plugins.loader import load_config
 
     for hidden, batch in [((128, 128, 128), 64), ((256, 256), 256)]:
         def algorithm(hidden=hidden):
@@ -346,17 +341,31 @@ def tianshou_rows(steps: int, rounds: int) -> None:
             return DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, n_step_return_horizon=3,
                        target_update_freq=320)
 
-        stock = algorithm()
-        fused = SparseDenseWrapper(algorithm(), config=load_config(preset="classic_control", fused_updates=True, **FUSED_OPTIMIZER))
-        buffer = VectorReplayBuffer(20_000, 10)
-        collector = Collector(stock, DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(10)]), buffer)
-        collector.reset()
-        collector.collect(n_step=10_000, random=True)
-        data = {"obs": torch.as_tensor(buffer.obs[:10_000]), "rew": torch.as_tensor(buffer.rew[:10_000]).float(),
-                "done": torch.as_tensor(buffer.done[:10_000]).float(),
-                "act": torch.as_tensor(buffer.act[:10_000]).long()}
+        stock, fused, buffer, data = _tianshou_cartpole(algorithm)
         print_row("ts-dqn", hidden, batch, tianshou_update_ms(
             stock, fused, buffer, batch, steps, rounds, functools.partial(tianshou_floor, hidden, batch, steps, data)))
+
+
+def _tianshou_cartpole(make_algorithm):
+    """Tianshou's own algorithm, the fused wrapper around a twin, the example's 10-env vector buffer filled
+    with 10k random CartPole steps, and the same transitions as tensors for the floor."""
+    import gymnasium as gym
+    from rlaccel_tianshou import SparseDenseWrapper
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+
+    from rlaccel_plugins.loader import load_config
+
+    stock = make_algorithm()
+    fused = SparseDenseWrapper(make_algorithm(), config=load_config(preset="classic_control", fused_updates=True,
+                                                                    **FUSED_OPTIMIZER))
+    buffer = VectorReplayBuffer(20_000, 10)
+    collector = Collector(stock, DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(10)]), buffer)
+    collector.reset()
+    collector.collect(n_step=10_000, random=True)
+    data = {"obs": torch.as_tensor(buffer.obs[:10_000]), "rew": torch.as_tensor(buffer.rew[:10_000]).float(),
+            "done": torch.as_tensor(buffer.done[:10_000]).float(), "act": torch.as_tensor(buffer.act[:10_000]).long()}
+    return stock, fused, buffer, data
 
 
 def tianshou_qrdqn_rows(steps: int, rounds: int) -> None:
@@ -364,15 +373,10 @@ def tianshou_qrdqn_rows(steps: int, rounds: int) -> None:
     and 256-256 at batch 256 with fewer steps per round): its own ``update`` against the fused one and
     :func:`tianshou_qrdqn_floor`."""
     import gymnasium as gym
-    from rlaccel_tianshou import SparseDenseWrapper
     from tianshou.algorithm import QRDQN
     from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Collector, VectorReplayBuffer
-    from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import Net
-
-    from rlaccel_plugins.loader import load_config
 
     for hidden, batch in [((128, 128, 128), 64), ((256, 256), 256)]:
         def algorithm(hidden=hidden):
@@ -382,16 +386,7 @@ def tianshou_qrdqn_rows(steps: int, rounds: int) -> None:
             return QRDQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, num_quantiles=200,
                          n_step_return_horizon=3, target_update_freq=320)
 
-        stock = algorithm()
-        fused = SparseDenseWrapper(algorithm(), config=load_config(preset="classic_control", fused_updates=True,
-                                                                   **FUSED_OPTIMIZER))
-        buffer = VectorReplayBuffer(20_000, 10)
-        collector = Collector(stock, DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(10)]), buffer)
-        collector.reset()
-        collector.collect(n_step=10_000, random=True)
-        data = {"obs": torch.as_tensor(buffer.obs[:10_000]), "rew": torch.as_tensor(buffer.rew[:10_000]).float(),
-                "done": torch.as_tensor(buffer.done[:10_000]).float(),
-                "act": torch.as_tensor(buffer.act[:10_000]).long()}
+        stock, fused, buffer, data = _tianshou_cartpole(algorithm)
         n = steps if batch == 64 else max(4, steps // 8)
         print_row("ts-qrdqn", hidden, batch, tianshou_update_ms(
             stock, fused, buffer, batch, n, rounds, functools.partial(tianshou_qrdqn_floor, hidden, batch, n, data)))
