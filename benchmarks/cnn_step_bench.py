@@ -1,0 +1,88 @@
+"""The `atari` preset's gradient step on the CPU — SB3's NatureCNN DQN at batch 512 — in channels-last
+memory format and with glibc keeping large allocations on the heap, against as it runs today.
+
+Four settings, each in fresh child processes (alternating order): contiguous or channels-last network
+and frames, glibc's default allocator or ``allocator_bench.KEEP_ON_HEAP``. Prints the median ms per step
+and each setting's ratio to the default, and — since channels-last convolutions sum in another order —
+how far 20 channels-last steps move the weights from 20 contiguous ones from the same start (not bit
+for bit: a tolerance, as ``training.fused_optimizer`` has).
+
+Usage:
+    python benchmarks/cnn_step_bench.py [--rounds 3] [--steps 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+from allocator_bench import run
+
+SETUP = """
+import gymnasium as gym, numpy as np
+from stable_baselines3.dqn.policies import CnnPolicy
+torch.manual_seed(0)
+policy = CnnPolicy(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6), lr_schedule=lambda _: 1e-4)
+channels_last = {channels_last}
+if channels_last:
+    policy = policy.to(memory_format=torch.channels_last)
+obs = torch.randint(0, 256, (512, 4, 84, 84), dtype=torch.uint8)
+act = torch.randint(0, 6, (512, 1))
+def step():
+    x = obs.float() / 255.0
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    loss = policy.q_net(x).gather(1, act).square().mean()
+    policy.optimizer.zero_grad(); loss.backward(); policy.optimizer.step()
+"""
+
+
+def drift(steps: int = 20) -> float:
+    """Largest relative difference of any weight after ``steps`` channels-last steps against contiguous ones."""
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3.dqn.policies import CnnPolicy
+
+    finals = []
+    for channels_last in (False, True):
+        torch.manual_seed(0)
+        policy = CnnPolicy(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6),
+                           lr_schedule=lambda _: 1e-4)
+        if channels_last:
+            policy = policy.to(memory_format=torch.channels_last)
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(steps):
+            x = torch.randint(0, 256, (64, 4, 84, 84), generator=generator).float() / 255.0
+            act = torch.randint(0, 6, (64, 1), generator=generator)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            loss = policy.q_net(x).gather(1, act).square().mean()
+            policy.optimizer.zero_grad()
+            loss.backward()
+            policy.optimizer.step()
+        finals.append([p.detach().contiguous().clone() for p in policy.parameters()])
+    return max(((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item() for a, b in zip(*finals))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6)
+    args = parser.parse_args()
+    settings = [(cl, keep) for cl in (False, True) for keep in (False, True)]
+    times: dict[tuple[bool, bool], list[float]] = {s: [] for s in settings}
+    for r in range(args.rounds):
+        for channels_last, keep in settings if r % 2 == 0 else settings[::-1]:
+            times[(channels_last, keep)].append(run(SETUP.format(channels_last=channels_last), args.steps, keep))
+    base = statistics.median(times[(False, False)])
+    print(f"NatureCNN DQN step, batch 512, ms (median over {args.rounds} child processes)")
+    for (channels_last, keep), t in times.items():
+        ms = statistics.median(t)
+        print(f"  {'channels-last' if channels_last else 'contiguous':<13} "
+              f"{'large allocations on the heap' if keep else 'default allocator':<30} {ms:7.1f}  {ms / base:.2f}x")
+    print(f"  weights after 20 steps, channels-last vs contiguous: max relative difference {drift():.2e}")
+
+
+if __name__ == "__main__":
+    main()
