@@ -360,13 +360,14 @@ def _twin_critic_steps(critics: tuple, optimizers: tuple, obs: torch.Tensor, act
     return losses
 
 
-_TENSOR_BACKWARD = torch.Tensor.backward  # torch's own, to tell it from a patch (fp16 loss scaling)
+_TENSOR_BACKWARD = torch.Tensor.backward  # torch's own, to tell it from a patch
 
 
 def _disjoint(critics: tuple, optimizers: tuple) -> bool:
     """Whether each optimizer is Tianshou's own step of its critic alone, no parameter is shared, and
-    ``Tensor.backward`` is torch's own (fp16's loss scaling patches it, and its scale may change between
-    the two steps)."""
+    ``Tensor.backward`` is torch's own: one ``torch.autograd.backward`` call would go around a patch of it,
+    which a loss scaler makes (fp16's, whose scale may change between the two steps; the fused updates run
+    in fp32, so it is a user's patch that this keeps)."""
     if torch.Tensor.backward is not _TENSOR_BACKWARD or critics[0] is critics[1]:
         return False
     if not all(_plain_step(optimizer) and optimizer._module is critic for critic, optimizer in zip(critics, optimizers)):
