@@ -150,6 +150,9 @@ class TrainingConfig:
     # fused updates step Adam/AdamW/SGD with PyTorch's single-kernel fused=True implementation instead of the
     # framework's multi-tensor one: faster, rounded differently (no longer bit-identical to the framework)
     fused_optimizer: bool = False
+    # Conv2d weights and their inputs in channels-last memory format while training (faster oneDNN
+    # convolutions on the CPU; summed in another order, so not bit-identical): SB3 CNN policies
+    channels_last: bool = False
 
     def __post_init__(self) -> None:
         _int("batch_size", self.batch_size, minimum=1)
@@ -185,6 +188,7 @@ class TrainingConfig:
             if value != AUTO and not isinstance(value, bool):
                 raise invalid(key, 'be "auto", true or false', value)
         _bool("fused_optimizer", self.fused_optimizer)
+        _bool("channels_last", self.channels_last)
         object.__setattr__(self, "dense_layers", tuple(layers))
 
 

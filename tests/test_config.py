@@ -44,6 +44,7 @@ def test_task_type_presets_follow_the_tuning_table():
     ({"dense_layers": [0, 1]}, "dense_layers must hold negative layer indices"),
     ({"precision": "fp8"}, "dtype must be one of"),
     ({"fused_optimizer": "auto"}, "fused_optimizer must be true or false, got fused_optimizer='auto'"),
+    ({"channels_last": "yes"}, "channels_last must be true or false, got channels_last='yes'"),
     ({"ratio_schedule": "anneel"}, "Did you mean 'anneal'?"),
     ({"bacth_size": 3}, "unknown key bacth_size, got bacth_size=3. Did you mean 'batch_size'?"),
     ({"training": {"bach_size": 3}}, "Did you mean 'batch_size'?"),

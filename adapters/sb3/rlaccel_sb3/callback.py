@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.config import AccelConfig
+from rlaccel_plugins.fused.memory_format import ChannelsLast
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
@@ -246,7 +248,9 @@ class AccelerateCallback(SparseDenseCallback):
     algorithm's ``train()`` swapped for an equivalence-tested fused one (``rlaccel_sb3.fused``) at
     training start and put back at its end — where ``training.fused_updates`` allows (``auto``: where
     one exists, one log line elsewhere; ``true``: required; ``false``: SB3's own), with the optimizers'
-    single-kernel step where ``training.fused_optimizer`` asks for it. It is what
+    single-kernel step where ``training.fused_optimizer`` asks for it, and with ``training.channels_last``
+    the policy's ``Conv2d`` layers in channels-last memory format for the ``learn()`` (faster CPU
+    convolutions, not bit-identical; :mod:`rlaccel_plugins.fused.memory_format`). It is what
     ``accelerate(model)`` returns and what the README's drop-in uses.
 
     Examples:
@@ -261,13 +265,32 @@ class AccelerateCallback(SparseDenseCallback):
 
     def __init__(self, preset: str | None = None, sparse_update_interval: int | None = None,
                  dense_layers: list[int | str] | None = None, *, fused_updates: bool | str | None = None,
-                 fused_collection: bool | str | None = None, fused_optimizer: bool | None = None, sparse: bool = True,
-                 config: AccelConfig | None = None, verbose: int = 0) -> None:
+                 fused_collection: bool | str | None = None, fused_optimizer: bool | None = None,
+                 channels_last: bool | None = None, sparse: bool = True, config: AccelConfig | None = None,
+                 verbose: int = 0) -> None:
         super().__init__(preset, sparse_update_interval, dense_layers, sparse=sparse, config=config, verbose=verbose)
         overrides = {k: v for k, v in dict(fused_updates=fused_updates, fused_collection=fused_collection,
-                                           fused_optimizer=fused_optimizer).items() if v is not None}
+                                           fused_optimizer=fused_optimizer, channels_last=channels_last).items()
+                     if v is not None}
         if overrides:
             self.config = load_config(self.config, **overrides)
+        self._channels_last: ChannelsLast | None = None
+
+    def _on_training_start(self) -> None:
+        super()._on_training_start()
+        if self.config.training.channels_last:  # after the schedule traced the networks in their own format
+            policy = self.model.policy
+            optimizers = {id(m.optimizer): m.optimizer for m in policy.modules()
+                          if isinstance(getattr(m, "optimizer", None), torch.optim.Optimizer)}
+            self._channels_last = ChannelsLast([policy], optimizers.values())
+            if self.verbose:
+                print(f"rlaccel: channels_last: {self._channels_last.layers} Conv2d layers in channels-last")
+
+    def teardown(self) -> None:
+        super().teardown()
+        if getattr(self, "_channels_last", None) is not None:
+            self._channels_last.remove()
+            self._channels_last = None
 
     def _lean_collection(self) -> dict:
         from rlaccel_plugins.fused.selection import select_fused

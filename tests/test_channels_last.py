@@ -1,0 +1,181 @@
+"""``training.channels_last``: Conv2d layers in channels-last memory format while training, put back after.
+
+Channels-last convolutions sum in another order, so the updates agree with the contiguous ones within a
+stated tolerance (not bit for bit), and a one-line change to the loss breaks that agreement.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlaccel_plugins.fused import UpdateRecorder, differences
+from rlaccel_plugins.fused.memory_format import ChannelsLast
+
+# 200 gradient steps of a small NatureCNN DQN stay within this of the contiguous run (measured: within
+# rtol 3e-6 / atol 3e-7 but not 1e-6 / 1e-7); a loss change does not
+CHANNELS_LAST_TOLERANCE = dict(rtol=3e-5, atol=3e-6)
+CHANNELS_LAST = torch.channels_last
+
+
+class Frames(gym.Env):
+    """36x36 single-channel frames (the smallest NatureCNN input); reward 1 when the action says whether
+    the frame is bright."""
+
+    observation_space = gym.spaces.Box(0, 255, (1, 36, 36), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._frame(), {}
+
+    def _frame(self):
+        self.bright = bool(self.np_random.integers(2))
+        low = 128 if self.bright else 0
+        return self.np_random.integers(low, low + 128, (1, 36, 36), dtype=np.uint8)
+
+    def step(self, action):
+        reward = float(int(action) == int(self.bright))
+        self.t += 1
+        return self._frame(), reward, False, self.t >= 20, {}
+
+
+def _dqn(seed: int = 0, **kwargs):
+    from stable_baselines3 import DQN
+
+    return DQN("CnnPolicy", Frames(), buffer_size=2_000, learning_starts=400, batch_size=32, seed=seed,
+               policy_kwargs=dict(features_extractor_kwargs=dict(features_dim=64)), **kwargs)
+
+
+def _conv_weights(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [m.weight for m in module.modules() if isinstance(m, torch.nn.Conv2d)]
+
+
+def test_channels_last_converts_every_conv_weight_and_puts_it_back_bit_for_bit():
+    conv = torch.nn.Conv2d(4, 8, 3)
+    net = torch.nn.Sequential(conv, torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3), torch.nn.ReLU(), conv.__class__(8, 4, 1),
+                              torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 2))
+    twin = torch.nn.ModuleList([net, net[0]])  # a layer reached twice is converted once
+    optimizer = torch.optim.Adam(net.parameters())
+    x = torch.rand(5, 4, 8, 8)
+    net(x).square().sum().backward()
+    optimizer.step()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    moments = {k: v.clone() for k, v in optimizer.state[conv.weight].items()}
+    expected = net(x)
+
+    layout = ChannelsLast([twin], [optimizer])
+    assert layout.layers == 3
+    assert all(w.is_contiguous(memory_format=CHANNELS_LAST) and not w.is_contiguous() for w in _conv_weights(net)[:2])
+    assert net[4].weight.is_contiguous()  # a 1x1 kernel is laid out alike in both formats: left as it is
+    assert optimizer.state[conv.weight]["exp_avg"].is_contiguous(memory_format=CHANNELS_LAST)
+    assert conv.weight.grad.is_contiguous(memory_format=CHANNELS_LAST)
+    seen = []
+    hook = net[2].register_forward_pre_hook(lambda _m, args: seen.append(args[0].is_contiguous(memory_format=CHANNELS_LAST)))
+    out = net(x)
+    hook.remove()
+    assert seen == [True]  # the activations stay in channels-last between the layers
+    assert differences(expected, out, rtol=1e-5, atol=1e-6) == []
+
+    layout.remove()
+    layout.remove()  # idempotent
+    assert all(w.is_contiguous() for w in _conv_weights(net)) and conv.weight.grad.is_contiguous()
+    assert all(not m._forward_pre_hooks for m in net.modules())
+    assert differences(before, dict(net.state_dict())) == []  # the same values, bit for bit
+    assert all(v.is_contiguous() for v in optimizer.state[conv.weight].values())
+    assert differences(moments, dict(optimizer.state[conv.weight])) == []
+
+
+def _filled(seed: int = 3):
+    model = _dqn(seed, train_freq=4)
+    model.learning_starts = 10_000
+    model.learn(600)
+    return model
+
+
+def _train_200(model, channels_last: bool, train=None):
+    from rlaccel_sb3.fused import fused_train_for
+
+    train = train or fused_train_for(model)
+    layout = ChannelsLast([model.policy], [model.policy.optimizer]) if channels_last else None
+    np.random.seed(11)
+    torch.manual_seed(11)
+    with UpdateRecorder([model.policy.optimizer]) as record:
+        for _ in range(25):
+            if layout is not None:
+                assert all(w.is_contiguous(memory_format=CHANNELS_LAST) for w in _conv_weights(model.policy))
+            train(8, 32)
+    if layout is not None:
+        layout.remove()
+    return {"losses": record.losses, "parameters": dict(model.policy.state_dict()),
+            "optimizer": model.policy.optimizer.state_dict()["state"]}
+
+
+def test_channels_last_updates_agree_with_contiguous_ones_within_its_tolerance_and_a_loss_change_breaks_it(monkeypatch):
+    import torch.nn.functional as F
+    from rlaccel_sb3 import fused as fused_module
+
+    contiguous, channels_last = _train_200(_filled(), False), _train_200(_filled(), True)
+    assert differences(contiguous, channels_last)  # the channels-last kernels ran: not bit-identical
+    assert differences(contiguous, channels_last, **CHANNELS_LAST_TOLERANCE) == []
+
+    def huber_with_beta_0_99(model, q_net, observations, actions, target, weights, batch_size):
+        current = torch.gather(q_net(observations), dim=1, index=actions.long())
+        loss = F.smooth_l1_loss(current, target, beta=0.99)
+        return loss, loss
+
+    monkeypatch.setattr(fused_module, "_dqn_loss", huber_with_beta_0_99)
+    mutated = _train_200(_filled(), True)
+    assert differences(contiguous["losses"], mutated["losses"], **CHANNELS_LAST_TOLERANCE)
+
+
+def _channels_last_hooks(module: torch.nn.Module) -> int:
+    from rlaccel_plugins.fused.memory_format import _channels_last_input
+
+    return sum(hook is _channels_last_input for m in module.modules() for hook in m._forward_pre_hooks.values())
+
+
+@pytest.mark.parametrize("through", ["callback", "accelerate"])
+def test_the_callback_trains_in_channels_last_for_learn_only_and_saves_plain_weights(tmp_path, through):
+    import rlaccel_sb3
+    from rlaccel_sb3 import AccelerateCallback
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+
+    model = _dqn(train_freq=4, gradient_steps=2)
+    seen = []
+
+    class Probe(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps in (450, 700):
+                seen.append((all(w.is_contiguous(memory_format=CHANNELS_LAST) for w in _conv_weights(model.policy)),
+                             _channels_last_hooks(model.policy)))
+                model.save(tmp_path / "during.zip")  # a checkpoint mid-learn
+            return True
+
+    if through == "callback":
+        accelerated = AccelerateCallback(preset="classic_control", channels_last=True, sparse=False)
+    else:
+        accelerated = rlaccel_sb3.accelerate(model, preset="classic_control", channels_last=True)
+    model.learn(800, callback=CallbackList([accelerated, Probe()]))
+    assert seen == [(True, 6), (True, 6)]  # q_net's and q_net_target's three convs
+    assert all(w.is_contiguous() for w in _conv_weights(model.policy)) and _channels_last_hooks(model.policy) == 0
+    assert all(v.is_contiguous() for s in model.policy.optimizer.state.values() for v in s.values())
+    model.save(tmp_path / "after.zip")
+    for name in ("during.zip", "after.zip"):
+        loaded = DQN.load(tmp_path / name, env=Frames())
+        assert all(w.is_contiguous() for w in _conv_weights(loaded.policy))
+        loaded.learn(50)  # loads and trains as a plain SB3 model
+
+
+def test_channels_last_leaves_an_mlp_policy_as_it_is():
+    from rlaccel_sb3 import AccelerateCallback
+    from stable_baselines3 import DQN
+
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=100, train_freq=4, seed=0)
+    callback = AccelerateCallback(preset="classic_control", channels_last=True, sparse=False)
+    model.learn(300, callback=callback)
+    assert all(p.is_contiguous() for p in model.policy.parameters())
