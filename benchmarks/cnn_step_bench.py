@@ -1,8 +1,9 @@
 """The `atari` preset's gradient step on the CPU — SB3's NatureCNN DQN at batch 512 — in channels-last
 memory format and with glibc keeping large allocations on the heap, against as it runs today.
 
-Four settings, each in fresh child processes (alternating order): contiguous or channels-last network
-and frames, glibc's default allocator or ``allocator_bench.KEEP_ON_HEAP``. Prints the median ms per step
+Four settings, each in fresh child processes (alternating order): contiguous or channels-last (rlaccel's
+``ChannelsLast``, what ``training.channels_last`` installs: the convolutions' weights, moments and
+inputs), glibc's default allocator or ``allocator_bench.KEEP_ON_HEAP``. Prints the median ms per step
 and each setting's ratio to the default, and — since channels-last convolutions sum in another order —
 how far 20 channels-last steps move the weights from 20 contiguous ones from the same start (not bit
 for bit: a tolerance, as ``training.fused_optimizer`` has).
@@ -26,13 +27,12 @@ torch.manual_seed(0)
 policy = CnnPolicy(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6), lr_schedule=lambda _: 1e-4)
 channels_last = {channels_last}
 if channels_last:
-    policy = policy.to(memory_format=torch.channels_last)
+    from rlaccel_plugins.fused.memory_format import ChannelsLast
+    ChannelsLast([policy], [policy.optimizer])
 obs = torch.randint(0, 256, (512, 4, 84, 84), dtype=torch.uint8)
 act = torch.randint(0, 6, (512, 1))
 def step():
     x = obs.float() / 255.0
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
     loss = policy.q_net(x).gather(1, act).square().mean()
     policy.optimizer.zero_grad(); loss.backward(); policy.optimizer.step()
 """
@@ -44,23 +44,24 @@ def drift(steps: int = 20) -> float:
     import numpy as np
     from stable_baselines3.dqn.policies import CnnPolicy
 
+    from rlaccel_plugins.fused.memory_format import ChannelsLast
+
     finals = []
     for channels_last in (False, True):
         torch.manual_seed(0)
         policy = CnnPolicy(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6),
                            lr_schedule=lambda _: 1e-4)
-        if channels_last:
-            policy = policy.to(memory_format=torch.channels_last)
+        layout = ChannelsLast([policy], [policy.optimizer]) if channels_last else None
         generator = torch.Generator().manual_seed(1)
         for _ in range(steps):
             x = torch.randint(0, 256, (64, 4, 84, 84), generator=generator).float() / 255.0
             act = torch.randint(0, 6, (64, 1), generator=generator)
-            if channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
             loss = policy.q_net(x).gather(1, act).square().mean()
             policy.optimizer.zero_grad()
             loss.backward()
             policy.optimizer.step()
+        if layout is not None:
+            layout.remove()
         finals.append([p.detach().contiguous().clone() for p in policy.parameters()])
     return max(((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item() for a, b in zip(*finals))
 

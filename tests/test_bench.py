@@ -85,9 +85,9 @@ def test_equal_samples_per_env_step():
         assert batch * gradient_steps / (train_freq * envs) == pytest.approx(ratio)
     # atari-fps holds RL Zoo's 8 samples per env step (batch 32 every 4 steps) for the rlaccel variant too
     (task,) = get_suite("atari-fps", frameworks=("sb3",))
-    accelerated = next(v for v in task.variants if v.role == "accelerated")
-    config = variant_config(accelerated)
-    assert config.training.replay_ratio == 8.0 and task.fixed_steps
+    accelerated = [variant_config(v) for v in task.variants if v.role == "accelerated"]
+    assert [config.training.replay_ratio for config in accelerated] == [8.0, 8.0] and task.fixed_steps
+    assert [config.training.channels_last for config in accelerated] == [False, True]
 
 
 @pytest.mark.needs('tianshou')

@@ -179,3 +179,62 @@ def test_channels_last_leaves_an_mlp_policy_as_it_is():
     callback = AccelerateCallback(preset="classic_control", channels_last=True, sparse=False)
     model.learn(300, callback=callback)
     assert all(p.is_contiguous() for p in model.policy.parameters())
+
+
+class ConvQ(torch.nn.Module):
+    """A small Atari-style Q-network with Tianshou's ``forward(obs, state, info)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Conv2d(1, 32, 8, 4), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 4, 2),
+                                       torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(64 * 3 * 3, 2))
+
+    def forward(self, obs, state=None, info=None):
+        return self.net(torch.as_tensor(obs, dtype=torch.float32) / 255.0), state
+
+
+def _tianshou_run(channels_last: bool, buffer):
+    import copy
+
+    from rlaccel_tianshou import SparseDenseWrapper
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    from rlaccel_plugins.loader import load_config
+
+    torch.manual_seed(0)
+    policy = DiscreteQLearningPolicy(model=ConvQ(), action_space=Frames.action_space)
+    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, target_update_freq=20)
+    wrapper = SparseDenseWrapper(algorithm, config=load_config(preset="classic_control", channels_last=channels_last))
+    buffer, formats = copy.deepcopy(buffer), []
+    with policy_within_training_step(wrapper.policy):
+        for _ in range(100):
+            wrapper.update(buffer, 32)
+            formats.append(all(w.is_contiguous(memory_format=CHANNELS_LAST) for w in _conv_weights(algorithm)))
+    wrapper.detach()
+    return wrapper, {"parameters": dict(algorithm.state_dict()),
+                     "optimizer": algorithm.optim._optim.state_dict()["state"]}, formats
+
+
+def test_the_tianshou_wrapper_trains_in_channels_last_until_detach_within_its_tolerance():
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+
+    buffer, envs = VectorReplayBuffer(2_000, 2), DummyVectorEnv([Frames for _ in range(2)])
+    envs.seed(0)
+    filler = DQN(policy=DiscreteQLearningPolicy(model=ConvQ(), action_space=Frames.action_space),
+                 optim=AdamOptimizerFactory())
+    Collector(filler, envs, buffer).collect(n_step=600, random=True, reset_before_collect=True)
+
+    _, contiguous, _ = _tianshou_run(False, buffer)
+    wrapper, channels_last, formats = _tianshou_run(True, buffer)
+    assert len(formats) == 100 and all(formats)  # every update ran with the weights in channels-last
+    assert all(w.is_contiguous() for w in _conv_weights(wrapper.wrapped_algorithm))  # detach() put them back
+    assert _channels_last_hooks(wrapper.wrapped_algorithm) == 0
+    assert differences(contiguous, channels_last)  # the channels-last kernels ran
+    assert differences(contiguous, channels_last, **CHANNELS_LAST_TOLERANCE) == []

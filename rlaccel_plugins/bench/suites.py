@@ -144,10 +144,14 @@ SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
         Task(game, 2_500_000, 50_000, (STOCK_SB3, accelerated("sb3", "atari")))
         for game in ("Pong-v5", "Breakout-v5", "SpaceInvaders-v5"))),
     # RL Zoo's Atari DQN draws batch 32 every 4 env steps: 8 samples per env step, held for every variant
+    # (+ channels_last: the same with training.channels_last, the opt-in CPU convolution layout)
     "atari-fps": ("Pong DQN, whole training loop for a fixed budget: agent steps/s at equal samples per env step", (
         Task("Pong-v5", 20_000, 10_000_000, (
             replace(STOCK_SB3, hyperparams={"learning_starts": 1_000}),
             replace(accelerated("sb3", "atari"), overrides={"replay_ratio": 8.0},
+                    hyperparams={"learning_starts": 1_000}),
+            replace(accelerated("sb3", "atari"), name="sb3 rlaccel[atari] + channels_last",
+                    overrides={"replay_ratio": 8.0, "channels_last": True},
                     hyperparams={"learning_starts": 1_000})), fixed_steps=True),)),
 }
 

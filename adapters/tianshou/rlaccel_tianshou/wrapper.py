@@ -31,6 +31,7 @@ from tianshou.algorithm.algorithm_base import (
 
 from rlaccel_plugins.config import AccelConfig
 from rlaccel_plugins.errors import ConfigError
+from rlaccel_plugins.fused.memory_format import ChannelsLast
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
@@ -72,6 +73,9 @@ class _SparseDenseMixin:
         self.lr_schedulers = self.wrapped_algorithm.lr_schedulers  # shared: stepped once per update
         self._last_buffer = None
         self._fused_update = _fused_update(self.wrapped_algorithm, config)
+        # training.channels_last: the algorithm's convolutions in channels-last until detach()
+        self._channels_last = ChannelsLast([self.wrapped_algorithm], [
+            optimizer._optim for optimizer in self.wrapped_algorithm._optimizers]) if config.training.channels_last else None
 
     @property
     def fused(self) -> bool:
@@ -135,11 +139,15 @@ class _SparseDenseMixin:
         return result
 
     def detach(self) -> None:
-        """Restore every parameter's ``requires_grad`` and remove the hooks."""
+        """Restore every parameter's ``requires_grad``, remove the hooks and put ``training.channels_last``'s
+        convolutions back in PyTorch's default format."""
         if self.updater is not None:
             self.updater.detach()
         if self.guard is not None:
             self.guard.detach()
+        if self._channels_last is not None:
+            self._channels_last.remove()
+            self._channels_last = None
 
     def __getattr__(self, name: str) -> Any:
         try:
