@@ -85,9 +85,12 @@ def test_equal_samples_per_env_step():
         assert batch * gradient_steps / (train_freq * envs) == pytest.approx(ratio)
     # atari-fps holds RL Zoo's 8 samples per env step (batch 32 every 4 steps) for the rlaccel variant too
     (task,) = get_suite("atari-fps", frameworks=("sb3",))
-    accelerated = [variant_config(v) for v in task.variants if v.role == "accelerated"]
+    accelerated = [variant_config(v) for v in task.variants if v.role == "accelerated" and not v.dropin]
     assert [config.training.replay_ratio for config in accelerated] == [8.0, 8.0] and task.fixed_steps
     assert [config.training.channels_last for config in accelerated] == [False, True]
+    dropins = [v for v in task.variants if v.dropin]  # RL Zoo's own cadence: no replay_ratio of ours
+    assert [variant_config(v).training.channels_last for v in dropins] == [False, True]
+    assert all(v.hyperparams == {"learning_starts": 1_000} for v in task.variants)
 
 
 @pytest.mark.needs('tianshou')

@@ -144,15 +144,15 @@ SUITES: dict[str, tuple[str, tuple[Task, ...]]] = {
         Task(game, 2_500_000, 50_000, (STOCK_SB3, accelerated("sb3", "atari")))
         for game in ("Pong-v5", "Breakout-v5", "SpaceInvaders-v5"))),
     # RL Zoo's Atari DQN draws batch 32 every 4 env steps: 8 samples per env step, held for every variant
-    # (+ channels_last: the same with training.channels_last, the opt-in CPU convolution layout)
+    # + channels_last: the same with training.channels_last (the opt-in CPU convolution layout); the drop-in
+    # rows are RL Zoo's settings (batch 32, every update full) with the drop-in under the off preset
     "atari-fps": ("Pong DQN, whole training loop for a fixed budget: agent steps/s at equal samples per env step", (
-        Task("Pong-v5", 20_000, 10_000_000, (
-            replace(STOCK_SB3, hyperparams={"learning_starts": 1_000}),
-            replace(accelerated("sb3", "atari"), overrides={"replay_ratio": 8.0},
-                    hyperparams={"learning_starts": 1_000}),
+        Task("Pong-v5", 20_000, 10_000_000, tuple(replace(variant, hyperparams={"learning_starts": 1_000}) for variant in (
+            STOCK_SB3,
+            replace(accelerated("sb3", "atari"), overrides={"replay_ratio": 8.0}),
             replace(accelerated("sb3", "atari"), name="sb3 rlaccel[atari] + channels_last",
-                    overrides={"replay_ratio": 8.0, "channels_last": True},
-                    hyperparams={"learning_starts": 1_000})), fixed_steps=True),)),
+                    overrides={"replay_ratio": 8.0, "channels_last": True}),
+            drop_in("sb3", "off"), drop_in("sb3", "off", channels_last=True))), fixed_steps=True),)),
 }
 
 
