@@ -8,8 +8,14 @@ and each setting's ratio to the default, and — since channels-last convolution
 how far 20 channels-last steps move the weights from 20 contiguous ones from the same start (not bit
 for bit: a tolerance, as ``training.fused_optimizer`` has).
 
+``--phases``: the DQN step (target forward, online forward, backward, Adam) contiguous against
+channels-last, at batch 32 (RL Zoo's Atari DQN) and 512 (the `atari` preset), as a full update and as
+the preset's sparse one (``dense_layers=[-3, -2, -1]``: the first two convolutions frozen), in one process,
+interleaved rounds, default allocator.
+
 Usage:
     python benchmarks/cnn_step_bench.py [--rounds 3] [--steps 6]
+    python benchmarks/cnn_step_bench.py --phases [--rounds 4]
 """
 
 from __future__ import annotations
@@ -66,11 +72,64 @@ def drift(steps: int = 20) -> float:
     return max(((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item() for a, b in zip(*finals))
 
 
+def phase_rows(rounds: int) -> None:
+    """ms per DQN step, contiguous vs channels-last, full and sparse, batch 32 and 512."""
+    import time
+
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3.dqn.policies import CnnPolicy
+
+    from rlaccel_plugins.fused.memory_format import ChannelsLast
+
+    def policy_for(channels_last: bool, sparse: bool):
+        torch.manual_seed(0)
+        policy = CnnPolicy(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6),
+                           lr_schedule=lambda _: 1e-4)
+        if sparse:  # the atari preset's sparse phase: the last three layers train, the first two convs do not
+            for conv in [m for m in policy.q_net.modules() if isinstance(m, torch.nn.Conv2d)][:2]:
+                conv.requires_grad_(False)
+        if channels_last:
+            ChannelsLast([policy], [policy.optimizer])
+        return policy
+
+    print(f"NatureCNN DQN step, ms (median of {rounds} interleaved rounds), contiguous vs channels-last")
+    for batch, steps in ((32, 20), (512, 3)):
+        obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8)
+        act = torch.randint(0, 6, (batch, 1))
+
+        def step(policy, obs=obs, act=act):
+            with torch.no_grad():
+                target = policy.q_net_target(obs.float() / 255.0).max(dim=1).values
+            loss = (policy.q_net(obs.float() / 255.0).gather(1, act).squeeze(1) - target).square().mean()
+            policy.optimizer.zero_grad()
+            loss.backward()
+            policy.optimizer.step()
+
+        for sparse in (False, True):
+            policies = {cl: policy_for(cl, sparse) for cl in (False, True)}
+            times: dict[bool, list[float]] = {False: [], True: []}
+            for r in range(rounds):
+                for cl in (False, True) if r % 2 == 0 else (True, False):
+                    step(policies[cl])
+                    start = time.perf_counter()
+                    for _ in range(steps):
+                        step(policies[cl])
+                    times[cl].append(1e3 * (time.perf_counter() - start) / steps)
+            contiguous, channels_last = (statistics.median(times[cl]) for cl in (False, True))
+            print(f"  batch {batch:>3} {'sparse' if sparse else 'full':<6} contiguous {contiguous:7.1f}  "
+                  f"channels-last {channels_last:7.1f}  {channels_last / contiguous:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--phases", action="store_true", help="full vs sparse steps at batch 32 and 512")
     args = parser.parse_args()
+    if args.phases:
+        phase_rows(args.rounds)
+        return
     settings = [(cl, keep) for cl in (False, True) for keep in (False, True)]
     times: dict[tuple[bool, bool], list[float]] = {s: [] for s in settings}
     for r in range(args.rounds):

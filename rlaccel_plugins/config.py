@@ -151,7 +151,7 @@ class TrainingConfig:
     # framework's multi-tensor one: faster, rounded differently (no longer bit-identical to the framework)
     fused_optimizer: bool = False
     # Conv2d weights and their inputs in channels-last memory format while training (faster oneDNN
-    # convolutions on the CPU; summed in another order, so not bit-identical): SB3 CNN policies
+    # convolution gradients on the CPU; summed in another order, so not bit-identical)
     channels_last: bool = False
 
     def __post_init__(self) -> None:
