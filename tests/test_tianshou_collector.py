@@ -104,6 +104,7 @@ def _collect(collector_class, algorithm, steps: int, exploration: bool = True, b
         algorithm.policy.is_within_training_step = False
     stats += [collector.collect(n_episode=n) for n in episodes]  # greedy (eps_inference 0), whole episodes
     stats.append(collector.collect(n_step=48))
+    stats += [collector.collect(n_step=len(envs)) for _ in range(40)]  # a trainer's short calls: 0, 1, 2+ episodes
     for s in stats:
         s.collect_time = s.collect_speed = 0.0  # wall-clock
     return _plain({"buffer": buffer, "stats": stats, "rng": [np.random.get_state(), torch.get_rng_state()],
@@ -284,3 +285,18 @@ def test_collect_switches_the_policy_to_eval_mode_and_back_as_tianshou_does(over
     assert stock_seen == lean_seen and stock_after == lean_after and stock_calls == lean_calls
     assert len(stock_seen) == 20 and not any(any(flags) for flags in stock_seen)
     assert stock_after[0] and (stock_calls > 0) == override
+
+
+@pytest.mark.parametrize("returns", [[], [21.0], [21.0, 9.0], [np.inf], [np.nan], [-0.0]])
+def test_the_one_episode_summaries_are_tianshous(returns):
+    from tianshou.data import CollectStats
+
+    from rlaccel_tianshou.collector import _refresh_sequence_stats
+
+    ours, theirs = CollectStats(), CollectStats()
+    for stats in (ours, theirs):
+        for i, episode_return in enumerate(returns):
+            stats.update_at_episode_done(episode_batch=range(5 + i), episode_return=episode_return)
+    _refresh_sequence_stats(ours)
+    theirs.refresh_all_sequence_stats()
+    assert differences(_plain(theirs), _plain(ours)) == []

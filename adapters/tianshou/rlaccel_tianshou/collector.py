@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from copy import copy
 from types import SimpleNamespace
@@ -30,6 +31,7 @@ import torch
 from tianshou.data import Batch, Collector, CollectStats
 from tianshou.data.buffer.buffer_base import MalformedBufferError
 from tianshou.data.collector import EpisodeRolloutHook, StepHook, _dict_of_arr_to_arr_of_dicts, _nullable_slice
+from tianshou.data.stats import SequenceSummaryStats
 from tianshou.data.utils.converter import to_numpy
 from tianshou.utils.torch_utils import torch_train_mode
 
@@ -135,7 +137,7 @@ class LeanCollector(Collector):
                                           gym_reset_kwargs=gym_reset_kwargs)
         collect_time = time.time() - pre_collect_time
         collect_stats.set_collect_time(collect_time, update_collect_speed=True)
-        collect_stats.refresh_all_sequence_stats()
+        _refresh_sequence_stats(collect_stats)
         if self.raise_on_nan_in_buffer and self.buffer.hasnull():
             nan_batch = self.buffer.isnull().apply_values_transform(np.sum)
             raise MalformedBufferError(
@@ -293,6 +295,20 @@ def _eval_mode(policy: torch.nn.Module):
     finally:
         for module in modules:
             module.__dict__["training"] = original_mode
+
+
+def _refresh_sequence_stats(stats: CollectStats) -> None:
+    """``stats.refresh_all_sequence_stats()``. A call that saw one episode end (most of a trainer's short
+    calls) gets its return's and length's summaries without numpy's four reductions each (~30 µs): numpy's
+    mean, std, max and min of one finite value are the value, 0.0, the value and the value."""
+    returns, lens = stats.returns, stats.lens
+    if type(stats) is not CollectStats or returns.shape != (1,) or lens.shape != (1,) \
+            or not math.isfinite(returns[0]) or stats.pred_dist_std_array is not None:
+        stats.refresh_all_sequence_stats()
+        return
+    stats.returns_stat = SequenceSummaryStats(mean=float(returns[0]), std=0.0, max=float(returns[0]), min=float(returns[0]))
+    stats.lens_stat = SequenceSummaryStats(mean=float(lens[0]), std=0.0, max=float(lens[0]), min=float(lens[0]))
+    stats.pred_dist_std_array_stat = None
 
 
 def _modules_and_flat(policy: torch.nn.Module) -> tuple[list[torch.nn.Module], bool]:

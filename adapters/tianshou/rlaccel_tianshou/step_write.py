@@ -58,6 +58,21 @@ def _info_columns(stored: Batch, path: tuple[str, ...] = ()) -> list[tuple[tuple
     return columns
 
 
+def _infos_fit(infos: np.ndarray, stored: Batch, flat: bool) -> bool:
+    """Whether every info fits the stored ones (:func:`_info_fits`); ``flat``: the stored infos hold no
+    nested ``Batch`` (gymnasium's infos), checked in one pass."""
+    if not flat:
+        return all(_info_fits(info, stored) for info in infos)
+    keys = stored.__dict__.keys()
+    for info in infos:
+        if type(info) is not dict or info.keys() != keys:
+            return False
+        for value in info.values():
+            if type(value) not in _SCALARS:
+                return False
+    return True
+
+
 def _info_fits(info: object, stored: Batch) -> bool:
     """Whether ``info`` holds exactly the stored keys, at every level, with scalar leaves."""
     if type(info) is not dict or info.keys() != stored.__dict__.keys():
@@ -109,8 +124,8 @@ def add_step(buffer: ReplayBufferManager, buffer_ids: np.ndarray, fields: dict[s
     if fields["rew"].ndim != 1:  # a scalar return per episode (Tianshou's multi-agent rewards go through add)
         return None
     info_columns = _info_columns(stored["info"])
-    if (info_columns is None or type(infos) is not np.ndarray or infos.shape != (rows,)
-            or not all(_info_fits(info, stored["info"]) for info in infos)):
+    if info_columns is None or type(infos) is not np.ndarray or infos.shape != (rows,) \
+            or not _infos_fit(infos, stored["info"], all(len(path) == 1 for path, _ in info_columns)):
         return None
 
     subs, offsets, rew, done = buffer.buffers, buffer._offset, fields["rew"], fields["done"]
