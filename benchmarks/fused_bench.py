@@ -13,8 +13,10 @@ model and buffer contents (CartPole transitions; the net sizes are what the step
   ``torch._foreach_lerp_`` (SAC: entropy tuning, twin critics; TD3: target noise, the delayed actor
   step); PPO: one minibatch of the rollout (a permutation per epoch), the actor's and critic's MLPs,
   log-softmax log-probabilities and entropy, normalised advantages, the clipped surrogate, value and
-  entropy losses, backward, ``clip_grad_norm_`` and ``Adam(fused=True)``. It says what this machine
-  allows; stock/floor says what there was to win.
+  entropy losses, backward, ``clip_grad_norm_`` and ``Adam(fused=True)``; A2C: one step on the whole
+  rollout (the same MLPs, log-probabilities and entropy, the advantage-weighted and value losses,
+  ``clip_grad_norm_`` and PyTorch's multi-tensor ``RMSprop``, which has no single-kernel version). It
+  says what this machine allows; stock/floor says what there was to win.
 
 Tianshou: DQN as its CartPole example builds it (``ts-dqn`` rows): ``algorithm.update(buffer, batch)``
 of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, and a hand-written double
@@ -181,6 +183,7 @@ def main() -> None:
     parser.add_argument("--frameworks", default="sb3,tianshou")
     parser.add_argument("--tianshou-algos", default="dqn,qrdqn,sac,td3,ddpg,ppo", help="Tianshou algorithms")
     parser.add_argument("--no-ppo", dest="ppo", action="store_false", help="skip the SB3 PPO rows")
+    parser.add_argument("--no-a2c", dest="a2c", action="store_false", help="skip the SB3 A2C rows")
     parser.add_argument("--fused-optimizer", action="store_true",
                         help="the fused column with training.fused_optimizer: true (single-kernel optimizer step)")
     args = parser.parse_args()
@@ -225,6 +228,8 @@ def main() -> None:
             print_row(algo, hidden, batch, ms)
     if "sb3" in args.frameworks.split(",") and args.ppo:
         ppo_rows(args.rounds)
+    if "sb3" in args.frameworks.split(",") and args.a2c:
+        a2c_rows(args.rounds)
     if "tianshou" in args.frameworks.split(","):
         tianshou_algos = args.tianshou_algos.split(",")
         if "dqn" in tianshou_algos:
@@ -265,6 +270,63 @@ def ppo_rows(rounds: int) -> None:
                 times[name].append(time.perf_counter() - t)
             times["floor"].append(ppo_floor(hidden, batch, epochs=20, transitions=256))
         print_row("ppo", hidden, batch, {k: 1e3 * statistics.median(v) / steps for k, v in times.items()})
+
+
+def a2c_rows(rounds: int, calls: int = 200) -> None:
+    """SB3 A2C with RL Zoo's CartPole settings (8 envs x 5 steps: one gradient step on 40 transitions per
+    ``train()``), and the same with a 256-256 net: ``train()`` on one collected rollout, SB3's own against
+    the fused one and :func:`a2c_floor`; ms per gradient step (= per call)."""
+    from rlaccel_sb3.fused import fused_train_for
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.env_util import make_vec_env
+
+    for hidden in [(64, 64), (256, 256)]:
+        models = []
+        for _ in range(2):
+            model = A2C("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=0), ent_coef=0.0, seed=0,
+                        device="cpu", policy_kwargs=dict(net_arch=list(hidden)))
+            _, callback = model._setup_learn(total_timesteps=10**7, callback=None)
+            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
+            models.append(model)
+        trains = {"stock": models[0].train, "fused": fused_train_for(models[1], **FUSED_OPTIMIZER)}
+        for train in trains.values():
+            train()  # warm-up
+        times = {"stock": [], "fused": [], "floor": []}
+        for r in range(rounds):
+            order = list(trains.items())
+            for name, train in order if r % 2 == 0 else order[::-1]:
+                t = time.perf_counter()
+                for _ in range(calls):
+                    train()
+                times[name].append(time.perf_counter() - t)
+            times["floor"].append(a2c_floor(hidden, calls, transitions=40))
+        print_row("a2c", hidden, 40, {k: 1e3 * statistics.median(v) / calls for k, v in times.items()})
+
+
+def a2c_floor(hidden: tuple[int, ...], steps: int, transitions: int) -> float:
+    """SB3 A2C's step by hand (CartPole; SB3's default Tanh MLPs for the actor and the critic; the
+    log-softmax log-probability and entropy, value coefficient 0.5, entropy coefficient 0, gradient norm
+    0.5, ``RMSprop(alpha=0.99, eps=1e-5)`` — PyTorch has no single-kernel RMSprop, so its multi-tensor
+    one): seconds for ``steps`` steps on ``transitions``."""
+    torch.manual_seed(0)
+    actor, critic = _mlp(4, hidden, 2, torch.nn.Tanh), _mlp(4, hidden, 1, torch.nn.Tanh)
+    params = [*actor.parameters(), *critic.parameters()]
+    optimizer = torch.optim.RMSprop(params, lr=7e-4, alpha=0.99, eps=1e-5, foreach=True)
+    obs, act = torch.randn(transitions, 4), torch.randint(0, 2, (transitions,))
+    advantages, returns = torch.randn(transitions), torch.randn(transitions)
+    start = time.perf_counter()
+    for _ in range(steps):
+        log_probs = torch.log_softmax(actor(obs), dim=1)
+        log_prob = log_probs.gather(1, act.unsqueeze(1)).squeeze(1)
+        entropy = -(log_probs.exp() * log_probs).sum(dim=1)
+        policy_loss = -(advantages * log_prob).mean()
+        value_loss = F.mse_loss(returns, critic(obs).squeeze(1))
+        loss = policy_loss + 0.0 * -entropy.mean() + 0.5 * value_loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=True)
+        optimizer.step()
+    return time.perf_counter() - start
 
 
 def ppo_floor(hidden: tuple[int, ...], batch: int, epochs: int, transitions: int, activation=torch.nn.Tanh) -> float:

@@ -315,6 +315,7 @@ def _on_policy_run(algo: str, fused: bool, cycles: int, **kwargs):
     ("PPO", 13, dict(n_steps=128, batch_size=32, n_epochs=4, target_kl=0.002, clip_range_vf=0.2)),  # early stops
     ("PPO", 7, dict(env="Pendulum-v1", n_steps=256, batch_size=64, n_epochs=8, ent_coef=0.01)),  # Gaussian, log_std
     ("A2C", 200, dict(n_steps=8, ent_coef=0.01)),
+    ("A2C", 120, dict(env="Pendulum-v1", n_steps=8, normalize_advantage=True)),  # Gaussian, log_std, normalised
 ])
 def test_fused_on_policy_train_is_sb3s_train_bit_for_bit(algo, cycles, kwargs):
     stock = _on_policy_run(algo, False, cycles, **dict(kwargs))

@@ -529,23 +529,46 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: _GraphsPerMo
 
 # ---------------------------------------------------------------------------------------- on-policy
 def _a2c_train(model, fused_optimizer: bool = False) -> None:
-    """SB3's ``A2C.train`` (one optimizer step per call) with the multi-tensor optimizer kernels and, for
-    an MLP policy, the lean ``evaluate_actions`` in place of the policy's for the call."""
-    from stable_baselines3 import A2C
+    """SB3's ``A2C.train`` (one gradient step on the whole rollout), line for line, with the policy's
+    train-mode flags written flat, its ``evaluate_actions`` as the same tensor ops without module calls
+    where the policy is an MLP one (``rlaccel_sb3.collection.lean_evaluate_actions_for``), the parameter
+    list made once, and the optimizer's step as flat ops where :mod:`rlaccel_plugins.fused.flat_adam`
+    covers it (SB3's ``RMSprop``)."""
+    from stable_baselines3.common.utils import explained_variance
 
     from rlaccel_sb3.collection import lean_evaluate_actions_for
 
     policy = model.policy
-    evaluate_actions = lean_evaluate_actions_for(model)
+    evaluate_actions = lean_evaluate_actions_for(model) or policy.evaluate_actions
+    set_training_mode(policy, True)
+    model._update_learning_rate(policy.optimizer)
     with OptimizerKernels([policy.optimizer], fused=fused_optimizer):
-        if evaluate_actions is None:
-            A2C.train(model)
-            return
-        policy.__dict__["evaluate_actions"] = evaluate_actions
-        try:
-            A2C.train(model)
-        finally:
-            policy.__dict__.pop("evaluate_actions", None)
+        for rollout_data in model.rollout_buffer.get(batch_size=None):  # one batch: the whole rollout
+            actions = rollout_data.actions
+            if isinstance(model.action_space, spaces.Discrete):
+                actions = actions.long().flatten()
+            values, log_prob, entropy = evaluate_actions(rollout_data.observations, actions)
+            values = values.flatten()
+            advantages = rollout_data.advantages
+            if model.normalize_advantage:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            policy_loss = -(advantages * log_prob).mean()
+            value_loss = F.mse_loss(rollout_data.returns, values)
+            entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
+            loss = policy_loss + model.ent_coef * entropy_loss + model.vf_coef * value_loss
+            zero_grad(policy.optimizer)
+            loss.backward()
+            clip_grad_norm(module_parameters(policy), model.max_grad_norm)
+            optimizer_step(policy.optimizer)
+    explained_var = explained_variance(model.rollout_buffer.values.flatten(), model.rollout_buffer.returns.flatten())
+    model._n_updates += 1
+    model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
+    model.logger.record("train/explained_variance", explained_var)
+    model.logger.record("train/entropy_loss", entropy_loss.item())
+    model.logger.record("train/policy_loss", policy_loss.item())
+    model.logger.record("train/value_loss", value_loss.item())
+    if hasattr(policy, "log_std"):
+        model.logger.record("train/std", torch.exp(policy.log_std).mean().item())
 
 
 def _ppo_train(model, fused_optimizer: bool = False) -> None:
