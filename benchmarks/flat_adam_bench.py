@@ -1,5 +1,5 @@
 """Adam's step on the CPU: PyTorch's single-tensor and multi-tensor (``foreach``) implementations against
-rlaccel's flat step (``rlaccel_plugins.fused.flat_adam``: the same bits, tested), and the single-kernel
+rlaccel's flat step (``rlaccel_plugins.fused.flat_optim``: the same bits, tested), and the single-kernel
 ``fused=True`` step (other rounding: what ``training.fused_optimizer`` asks for), then what the flat
 step changes in the fused updates that use it.
 
@@ -29,7 +29,7 @@ import timeit
 
 import torch
 
-from rlaccel_plugins.fused import flat_adam
+from rlaccel_plugins.fused import flat_optim
 
 NETWORKS = {"DQN 64-64": (4, (64, 64), 2), "DQN 256-256": (4, (256, 256), 2),
             "Tianshou DQN 128-128-128": (4, (128, 128, 128), 2), "SAC critic 256-256": (4, (256, 256), 1)}
@@ -60,9 +60,9 @@ def optimizer_rows(rounds: int, number: int = 200) -> None:
             for _ in range(20):  # real gradients and moments
                 optimizer.zero_grad()
                 (net(x) ** 2).mean().backward()
-                optimizer.step() if optimizer is not optimizers[2] else flat_adam.optimizer_step(optimizer)
+                optimizer.step() if optimizer is not optimizers[2] else flat_optim.optimizer_step(optimizer)
         calls = {"single": optimizers[0].step, "foreach": optimizers[1].step,
-                 "flat": functools.partial(flat_adam.optimizer_step, optimizers[2]), "fused": optimizers[3].step}
+                 "flat": functools.partial(flat_optim.optimizer_step, optimizers[2]), "fused": optimizers[3].step}
         seconds: dict[str, list[float]] = {k: [] for k in calls}
         for _ in range(rounds):
             for k, f in calls.items():
@@ -108,13 +108,13 @@ def _interleaved(calls: dict, steps: int, rounds: int) -> dict[str, float]:
 
 def _flat(on: bool, call):
     def run():
-        covered = flat_adam._covered
+        covered = flat_optim._covered
         if not on:
-            flat_adam._covered = lambda optimizer: False
+            flat_optim._covered = lambda optimizer: False
         try:
             call()
         finally:
-            flat_adam._covered = covered
+            flat_optim._covered = covered
     return run
 
 

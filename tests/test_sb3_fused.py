@@ -324,6 +324,23 @@ def test_fused_on_policy_train_is_sb3s_train_bit_for_bit(algo, cycles, kwargs):
     assert differences(stock, fused) == []
 
 
+def test_the_lean_evaluate_actions_is_kept_while_the_policy_stays_and_a_users_own_wins():
+    from rlaccel_sb3.collection import evaluate_actions_of
+    from stable_baselines3 import A2C
+
+    model = A2C("MlpPolicy", "CartPole-v1", seed=3)
+    lean = evaluate_actions_of(model)
+    assert lean is evaluate_actions_of(model) and lean != model.policy.evaluate_actions
+    hook = model.policy.value_net.register_forward_hook(lambda *args: None)  # a hook: the modules' own calls
+    assert evaluate_actions_of(model) == model.policy.evaluate_actions
+    hook.remove()
+    model.policy.value_net = torch.nn.Linear(64, 1)  # a changed tree: built again
+    rebuilt = evaluate_actions_of(model)
+    assert rebuilt is not lean and rebuilt != model.policy.evaluate_actions
+    model.policy.evaluate_actions = own = lambda obs, actions: None
+    assert evaluate_actions_of(model) is own
+
+
 @pytest.mark.parametrize(("algo", "env"), [("PPO", "CartPole-v1"), ("PPO", "Pendulum-v1"), ("A2C", "CartPole-v1")])
 def test_the_fused_on_policy_update_evaluates_actions_without_module_calls_and_a_changed_entropy_breaks_it(
         monkeypatch, algo, env):

@@ -289,9 +289,8 @@ def test_collect_switches_the_policy_to_eval_mode_and_back_as_tianshou_does(over
 
 @pytest.mark.parametrize("returns", [[], [21.0], [21.0, 9.0], [np.inf], [np.nan], [-0.0]])
 def test_the_one_episode_summaries_are_tianshous(returns):
-    from tianshou.data import CollectStats
-
     from rlaccel_tianshou.collector import _refresh_sequence_stats
+    from tianshou.data import CollectStats
 
     ours, theirs = CollectStats(), CollectStats()
     for stats in (ours, theirs):

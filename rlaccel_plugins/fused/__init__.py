@@ -19,7 +19,7 @@ Examples:
 """
 
 from rlaccel_plugins.fused.equivalence import UpdateRecorder, differences
-from rlaccel_plugins.fused.flat_adam import optimizer_step
+from rlaccel_plugins.fused.flat_optim import optimizer_step
 from rlaccel_plugins.fused.kernels import OptimizerKernels, polyak_update_, zero_grad
 
 __all__ = ["OptimizerKernels", "UpdateRecorder", "differences", "optimizer_step", "polyak_update_", "zero_grad"]

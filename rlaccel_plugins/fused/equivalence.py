@@ -22,6 +22,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -97,6 +98,6 @@ def differences(expected: Any, actual: Any, *, rtol: float = 0.0, atol: float = 
         return [d for i, (e, a) in enumerate(zip(expected, actual))
                 for d in differences(e, a, rtol=rtol, atol=atol, place=f"{place}[{i}]")]
     if isinstance(expected, (float, np.floating)) and isinstance(actual, (float, np.floating)):
-        same = actual == expected or (actual != actual and expected != expected)  # as tensors: inf and NaN match
+        same = actual == expected or (math.isnan(actual) and math.isnan(expected))  # as tensors: inf and NaN match
         return [] if same or abs(actual - expected) <= atol + rtol * abs(expected) else [f"{place}: {expected!r} vs {actual!r}"]
     return [] if expected == actual else [f"{place or 'value'}: {expected!r} vs {actual!r}"]

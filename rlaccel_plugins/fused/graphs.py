@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from rlaccel_plugins.fused import flat_adam
+from rlaccel_plugins.fused import flat_optim
 from rlaccel_plugins.fused.kernels import OptimizerKernels, clip_grad_norm, total_norm
 
 log = logging.getLogger("rlaccel")
@@ -162,10 +162,10 @@ class StepGraphs:
         return tuple(o.clone() for o in outputs)  # the graph's own are overwritten by the next replay
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """``optimizer.step()`` eagerly (flat Adam on the CPU, :mod:`~rlaccel_plugins.fused.flat_adam`); in graph
+        """``optimizer.step()`` eagerly (flat Adam on the CPU, :mod:`~rlaccel_plugins.fused.flat_optim`); in graph
         mode the class's step with the guard's check on the device."""
         if not self.enabled:
-            flat_adam.optimizer_step(optimizer)
+            flat_optim.optimizer_step(optimizer)
             return
         self._stepped.append(optimizer)
         found_inf = self._device_guard(optimizer) if self.guard is not None else None

@@ -532,14 +532,14 @@ def _a2c_train(model, fused_optimizer: bool = False) -> None:
     """SB3's ``A2C.train`` (one gradient step on the whole rollout), line for line, with the policy's
     train-mode flags written flat, its ``evaluate_actions`` as the same tensor ops without module calls
     where the policy is an MLP one (``rlaccel_sb3.collection.lean_evaluate_actions_for``), the parameter
-    list made once, and the optimizer's step as flat ops where :mod:`rlaccel_plugins.fused.flat_adam`
+    list made once, and the optimizer's step as flat ops where :mod:`rlaccel_plugins.fused.flat_optim`
     covers it (SB3's ``RMSprop``)."""
     from stable_baselines3.common.utils import explained_variance
 
-    from rlaccel_sb3.collection import lean_evaluate_actions_for
+    from rlaccel_sb3.collection import evaluate_actions_of
 
     policy = model.policy
-    evaluate_actions = lean_evaluate_actions_for(model) or policy.evaluate_actions
+    evaluate_actions = evaluate_actions_of(model)
     set_training_mode(policy, True)
     model._update_learning_rate(policy.optimizer)
     with OptimizerKernels([policy.optimizer], fused=fused_optimizer):
@@ -579,10 +579,10 @@ def _ppo_train(model, fused_optimizer: bool = False) -> None:
     from gymnasium import spaces
     from stable_baselines3.common.utils import explained_variance
 
-    from rlaccel_sb3.collection import lean_evaluate_actions_for
+    from rlaccel_sb3.collection import evaluate_actions_of
 
     policy = model.policy
-    evaluate_actions = lean_evaluate_actions_for(model) or policy.evaluate_actions
+    evaluate_actions = evaluate_actions_of(model)
     set_training_mode(policy, True)
     model._update_learning_rate(policy.optimizer)
     clip_range = model.clip_range(model._current_progress_remaining)

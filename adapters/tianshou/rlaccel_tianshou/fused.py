@@ -226,7 +226,7 @@ def _training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarra
 
 def _step(optimizer, loss: torch.Tensor, own_gradients_only: bool = False) -> None:
     """Tianshou's ``Algorithm.Optimizer.step(loss)``: zero the gradients, backward, clip to its
-    ``max_grad_norm``, step — the step as flat ops where :mod:`rlaccel_plugins.fused.flat_adam` covers it.
+    ``max_grad_norm``, step — the step as flat ops where :mod:`rlaccel_plugins.fused.flat_optim` covers it.
     ``own_gradients_only``: the backward computes only the optimizer's parameters' gradients (an actor's
     loss: not into the critics' weights, whose gradients Tianshou computes and never applies)."""
     if not _plain_step(optimizer):  # a subclass's own step

@@ -1,4 +1,5 @@
-"""Flat Adam (``rlaccel_plugins.fused.flat_adam``): PyTorch's own Adam/AdamW step, bit for bit, in fewer ops."""
+"""Flat optimizer steps (``rlaccel_plugins.fused.flat_optim``): PyTorch's own Adam/AdamW/RMSprop step, bit for
+bit, in fewer ops."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import io
 import pytest
 import torch
 
-from rlaccel_plugins.fused import flat_adam
-from rlaccel_plugins.fused.flat_adam import optimizer_step
+from rlaccel_plugins.fused import flat_optim
+from rlaccel_plugins.fused.flat_optim import optimizer_step
 from rlaccel_plugins.updates.guard import GradientGuard
 
 
@@ -57,7 +58,9 @@ def _step_both(ours, theirs, oa, ob, step: int) -> None:
     lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1),
     lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.05),
     lambda p: torch.optim.Adam(p, lr=1e-3, weight_decay=0.01, decoupled_weight_decay=True),
-], ids=["default", "foreach-betas-eps", "weight-decay", "adamw", "decoupled"])
+    lambda p: torch.optim.RMSprop(p, lr=7e-4, alpha=0.99, eps=1e-5, weight_decay=0),  # SB3's A2C
+    lambda p: torch.optim.RMSprop(p, lr=1e-2, weight_decay=0.1),
+], ids=["default", "foreach-betas-eps", "weight-decay", "adamw", "decoupled", "rmsprop-a2c", "rmsprop-weight-decay"])
 def test_the_flat_step_is_pytorchs_bit_for_bit(make):
     ours, theirs, oa, ob = _pair(make)
     for step in range(60):
@@ -65,7 +68,7 @@ def test_the_flat_step_is_pytorchs_bit_for_bit(make):
             for group in (*oa.param_groups, *ob.param_groups):
                 group["lr"] *= 0.5
         _step_both(ours, theirs, oa, ob, step)
-    assert flat_adam._LAYOUTS.get(oa), "the flat step did not run"
+    assert flat_optim._LAYOUTS.get(oa), "the flat step did not run"
 
 
 def test_the_comparison_sees_a_last_bit_change():
@@ -79,11 +82,12 @@ def test_the_comparison_sees_a_last_bit_change():
             _step_both(ours, theirs, oa, ob, step)
 
 
-def test_parameters_that_skip_steps_keep_their_own_step_counts_as_in_pytorch(monkeypatch):
+@pytest.mark.parametrize("kind", ["Adam", "RMSprop"])
+def test_parameters_that_skip_steps_keep_their_own_step_counts_as_in_pytorch(monkeypatch, kind):
     """Sparse/dense: the first layer gets no gradient on most steps, so its step count and bias
     corrections differ from the others'; a parameter never stepped has no state, as in PyTorch."""
     def run():
-        ours, theirs, oa, ob = _pair(lambda p: torch.optim.Adam(p, lr=1e-2))
+        ours, theirs, oa, ob = _pair(lambda p: getattr(torch.optim, kind)(p, lr=1e-2))
         for step in range(40):
             frozen = step % 5 != 0
             for net in (ours, theirs):
@@ -98,9 +102,11 @@ def test_parameters_that_skip_steps_keep_their_own_step_counts_as_in_pytorch(mon
             ob.step()
             _same(ours, theirs, oa, ob)
     run()
+    if kind == "RMSprop":  # no bias correction: the runs split only where a parameter has no gradient
+        return
     # the runs of equal step counts matter: one bias correction for every parameter breaks it
-    runs = flat_adam._runs
-    monkeypatch.setattr(flat_adam, "_runs", lambda stepped, counts: runs(stepped, [1.0] * len(counts)))
+    runs = flat_optim._runs
+    monkeypatch.setattr(flat_optim, "_runs", lambda stepped, counts: runs(stepped, [1.0] * len(counts)))
     with pytest.raises(AssertionError):
         run()
 
@@ -155,14 +161,19 @@ def test_the_guard_checks_before_the_flat_step_and_post_hooks_run(max_grad_norm)
         _same(ours, theirs, oa, ob)
     assert guards[0].stats == guards[1].stats and guards[0].stats["skipped_steps"] == 2
     assert (guards[0].stats["clipped_steps"] > 0) == (max_grad_norm is not None) and seen == [oa] * 6
-    assert flat_adam._LAYOUTS.get(oa)
+    assert flat_optim._LAYOUTS.get(oa)
 
 
-@pytest.mark.parametrize("case", ["amsgrad", "maximize", "lr-scheduler", "pre-hook", "sgd", "restore-last-good"])
+@pytest.mark.parametrize("case", ["amsgrad", "maximize", "lr-scheduler", "pre-hook", "sgd", "restore-last-good",
+                                  "rmsprop-momentum", "rmsprop-centered"])
 def test_what_the_flat_step_does_not_cover_runs_the_optimizers_own_step(case):
     net = _net()
-    optimizer = (torch.optim.SGD(net.parameters(), lr=0.1) if case == "sgd" else
-                 torch.optim.Adam(net.parameters(), amsgrad=case == "amsgrad", maximize=case == "maximize"))
+    if case.startswith("rmsprop"):
+        optimizer = torch.optim.RMSprop(net.parameters(), lr=1e-2, momentum=0.9 if case == "rmsprop-momentum" else 0,
+                                        centered=case == "rmsprop-centered")
+    else:
+        optimizer = (torch.optim.SGD(net.parameters(), lr=0.1) if case == "sgd" else
+                     torch.optim.Adam(net.parameters(), amsgrad=case == "amsgrad", maximize=case == "maximize"))
     if case == "lr-scheduler":
         torch.optim.lr_scheduler.StepLR(optimizer, step_size=10)
     if case == "pre-hook":
@@ -178,7 +189,7 @@ def test_what_the_flat_step_does_not_cover_runs_the_optimizers_own_step(case):
         optimizer_step(optimizer)
         stock.step()
     assert all(torch.equal(p, q) for p, q in zip(net.parameters(), twin.parameters()))
-    assert not flat_adam._LAYOUTS.get(optimizer)
+    assert not flat_optim._LAYOUTS.get(optimizer)
 
 
 def test_zero_grad_is_the_optimizers_and_defers_to_its_own_override(monkeypatch):

@@ -1,18 +1,21 @@
-"""Adam's multi-tensor step on the CPU as one op per stage over flat buffers: the same bits, fewer kernels.
+"""Adam's and RMSprop's multi-tensor steps on the CPU as one op per stage over flat buffers: the same
+bits, fewer kernels.
 
-On the CPU, PyTorch's multi-tensor (``foreach``) Adam has no multi-tensor kernels: each of its stages
-(lerp, mul, addcmul, sqrt, div, add, addcdiv) loops over the parameter tensors, one kernel call of a few
-µs each, so a 3-layer MLP's 8 tensors cost about 50 calls per step — more than the arithmetic of an
-RL-sized network. The stages are elementwise: each element is computed alone, from the same inputs, by
-the same kernel, so running each stage once over a buffer that holds every parameter's moments gives
-the same bits (``tests/test_flat_adam.py`` compares every parameter and state tensor with PyTorch's own
-step, bit for bit, over many steps, with weight decay, AdamW, parameters that skip steps, state loaded
-from a checkpoint).
+On the CPU, PyTorch's multi-tensor (``foreach``) optimizers have no multi-tensor kernels: each stage of
+Adam's step (lerp, mul, addcmul, sqrt, div, add, addcdiv) or RMSprop's (mul, addcmul, sqrt, add,
+addcdiv) loops over the parameter tensors, one kernel call of a few µs each, so a 3-layer MLP's 8
+tensors cost about 50 calls per Adam step — more than the arithmetic of an RL-sized network. The stages
+are elementwise: each element is computed alone, from the same inputs, by the same kernel, so running
+each stage once over a buffer that holds every parameter's moments gives the same bits
+(``tests/test_flat_optim.py`` compares every parameter and state tensor with PyTorch's own step, bit for
+bit, over many steps, with weight decay, AdamW, RMSprop, parameters that skip steps, state loaded from a
+checkpoint).
 
-:func:`optimizer_step` is ``optimizer.step()``: for an ``Adam`` / ``AdamW`` of CPU float32 parameters with
-the default options (no ``amsgrad``, ``maximize``, ``capturable``, ``differentiable``, float learning rate and
-betas, no step pre-hooks, stepped by rlaccel's gradient guard or by nothing else) it runs the flat step,
-and otherwise ``optimizer.step()`` itself. The optimizer's ``state`` holds views of the flat buffers, so
+:func:`optimizer_step` is ``optimizer.step()``: for an ``Adam`` / ``AdamW`` (no ``amsgrad``) or an
+``RMSprop`` (no ``momentum``, not ``centered``: SB3's A2C) of CPU float32 parameters with the default
+options otherwise (no ``maximize``, ``capturable``, ``differentiable``, float hyper-parameters, no step
+pre-hooks, stepped by rlaccel's gradient guard or by nothing else) it runs the flat step, and otherwise
+``optimizer.step()`` itself. The optimizer's ``state`` holds views of the flat buffers, so
 ``state_dict``, ``load_state_dict`` and checkpoints see the tensors they always see; state loaded from
 elsewhere is copied into the buffers on the next step. Post-step hooks run as PyTorch runs them.
 
@@ -38,7 +41,9 @@ from itertools import chain
 import torch
 from torch.optim import optimizer as torch_optimizer
 
-_KINDS = (torch.optim.Adam, torch.optim.AdamW)
+# the optimizer state each kind keeps per parameter, besides its step count, in the order it makes it
+_MOMENTS = {torch.optim.Adam: ("exp_avg", "exp_avg_sq"), torch.optim.AdamW: ("exp_avg", "exp_avg_sq"),
+            torch.optim.RMSprop: ("square_avg",)}
 _NUMBERS = (int, float)
 _FLOAT32, _STRIDED = torch.float32, torch.strided
 _ONE = torch.tensor(1.0)  # PyTorch's increment of CPU step counts, made once
@@ -80,15 +85,17 @@ def _plain_step_or_guard(optimizer: torch.optim.Optimizer):
 
 
 def _covered(optimizer: torch.optim.Optimizer) -> bool:
-    if type(optimizer) not in _KINDS or optimizer._optimizer_step_pre_hooks \
-            or torch_optimizer._global_optimizer_pre_hooks:
+    kind = type(optimizer)
+    if kind not in _MOMENTS or optimizer._optimizer_step_pre_hooks or torch_optimizer._global_optimizer_pre_hooks:
         return False
     for group in optimizer.param_groups:
-        if group["amsgrad"] or group["maximize"] or group["capturable"] or group["fused"] \
-                or group["differentiable"] or group["foreach"] is False \
-                or type(group["lr"]) not in _NUMBERS or type(group["eps"]) not in _NUMBERS \
-                or type(group["weight_decay"]) not in _NUMBERS \
-                or type(group["betas"][0]) not in _NUMBERS or type(group["betas"][1]) not in _NUMBERS:
+        if group["maximize"] or group["capturable"] or group.get("fused") or group["differentiable"] \
+                or group["foreach"] is False or not _numbers(group, "lr", "eps", "weight_decay"):
+            return False
+        if kind is torch.optim.RMSprop:
+            if group["momentum"] != 0 or group["centered"] or not _numbers(group, "alpha", "momentum"):
+                return False
+        elif group["amsgrad"] or type(group["betas"][0]) not in _NUMBERS or type(group["betas"][1]) not in _NUMBERS:
             return False
         for p in group["params"]:
             grad = p.grad
@@ -98,19 +105,26 @@ def _covered(optimizer: torch.optim.Optimizer) -> bool:
     return True
 
 
-class _Layout:
-    """A parameter group's moments in two flat buffers, in the group's order (``state`` holds views of
-    them), and two more for the gradients and the denominator, each with its per-parameter views."""
+def _numbers(group: dict, *keys: str) -> bool:
+    return all(type(group[key]) in _NUMBERS for key in keys)
 
-    def __init__(self, params: list[torch.Tensor]) -> None:
+
+class _Layout:
+    """A parameter group's per-parameter state (``moments``: Adam's two, RMSprop's one) in flat buffers,
+    in the group's order (``state`` holds views of them), and two more for the gradients and the
+    denominator, each with its per-parameter views."""
+
+    def __init__(self, params: list[torch.Tensor], moments: tuple[str, ...]) -> None:
         self.params = list(params)
+        self.names = moments
         self.sizes = [p.numel() for p in params]
         self.offsets = [0]
         for size in self.sizes:
             self.offsets.append(self.offsets[-1] + size)
-        self.exp_avg, self.exp_avg_sq, self.grad, self.denom = (torch.zeros(self.offsets[-1]) for _ in range(4))
+        self.moments = {name: torch.zeros(self.offsets[-1]) for name in moments}
+        self.grad, self.denom = torch.zeros(self.offsets[-1]), torch.zeros(self.offsets[-1])
         self.grad_views, self.denom_views = self._views(self.grad), self._views(self.denom)
-        self.moment_views: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(params)
+        self.moment_views: list[tuple[torch.Tensor, ...] | None] = [None] * len(params)
 
     def _views(self, buffer: torch.Tensor) -> list[torch.Tensor]:
         return [buffer[start:stop].view(p.shape) for p, start, stop in zip(self.params, self.offsets, self.offsets[1:])]
@@ -120,27 +134,34 @@ class _Layout:
             p is q and p.numel() == size for p, q, size in zip(params, self.params, self.sizes))
 
     def bind(self, optimizer: torch.optim.Optimizer, i: int) -> dict:
-        """``optimizer.state[param]``'s moments as views of the buffers (Adam's zeros for a new state)."""
+        """``optimizer.state[param]``'s moments as views of the buffers (the optimizer's zeros for a new state)."""
         p, state = self.params[i], optimizer.state[self.params[i]]
         start, stop = self.offsets[i], self.offsets[i + 1]
-        views = (self.exp_avg[start:stop].view(p.shape), self.exp_avg_sq[start:stop].view(p.shape))
-        if len(state) == 0:  # what Adam's _init_group puts there, in its order
-            state["step"] = torch.tensor(0.0, dtype=torch_optimizer._get_scalar_dtype())
-            views[0].zero_()
-            views[1].zero_()
+        views = tuple(self.moments[name][start:stop].view(p.shape) for name in self.names)
+        if len(state) == 0:  # what Adam's and RMSprop's _init_group put there, in their order
+            state["step"] = torch.zeros((), dtype=torch_optimizer._get_scalar_dtype())
+            for view in views:
+                view.zero_()
         else:
-            views[0].copy_(state["exp_avg"])
-            views[1].copy_(state["exp_avg_sq"])
-        state["exp_avg"], state["exp_avg_sq"] = views
+            for name, view in zip(self.names, views):
+                view.copy_(state[name])
+        for name, view in zip(self.names, views):
+            state[name] = view
         self.moment_views[i] = views
         return state
+
+    def bound(self, state: dict | None, i: int) -> bool:
+        """Whether ``state`` holds this layout's views of parameter ``i`` (not new, not loaded from elsewhere)."""
+        views = self.moment_views[i]
+        return state is not None and views is not None and all(
+            state.get(name) is view for name, view in zip(self.names, views))
 
 
 def _layout(optimizer: torch.optim.Optimizer, index: int, params: list[torch.Tensor]) -> _Layout:
     layouts = _LAYOUTS.setdefault(optimizer, {})
     layout = layouts.get(index)
     if layout is None or not layout.matches(params):
-        layout = layouts[index] = _Layout(params)
+        layout = layouts[index] = _Layout(params, _MOMENTS[type(optimizer)])
     return layout
 
 
@@ -179,14 +200,18 @@ def _step_group(optimizer: torch.optim.Optimizer, index: int, group: dict,
     layout, stepped = gathered
     steps = []
     for i in stepped:
-        state, views = optimizer.state.get(params[i]), layout.moment_views[i]
-        if state is None or views is None or state.get("exp_avg") is not views[0] \
-                or state.get("exp_avg_sq") is not views[1]:  # new, or loaded from elsewhere
+        state = optimizer.state.get(params[i])
+        if not layout.bound(state, i):  # new, or loaded from elsewhere
             state = layout.bind(optimizer, i)
         steps.append(state["step"])
     torch._foreach_add_(steps, _ONE, alpha=1.0)  # as PyTorch increments CPU step counts
+    lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
+    if type(optimizer) is torch.optim.RMSprop:  # no bias correction: one run over every stepped parameter
+        for run in _runs(stepped, [0.0] * len(stepped)):
+            _rmsprop_run(layout, params, run, lr, group["alpha"], eps, weight_decay)
+        return
     counts = [step.item() for step in steps]
-    lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    beta1, beta2 = group["betas"]
     decoupled = group.get("decoupled_weight_decay", False)
     if weight_decay != 0 and decoupled:  # AdamW
         torch._foreach_mul_([params[i] for i in stepped], 1 - lr * weight_decay)
@@ -215,11 +240,9 @@ def _step_run(layout: _Layout, params: list[torch.Tensor], run: list[int], count
     first, last = run[0], run[-1] + 1
     start, stop = layout.offsets[first], layout.offsets[last]
     members = params[first:last]
-    grad = layout.grad[start:stop]  # gathered by _gather
-    if weight_decay != 0:  # Adam's L2 term: a new gradient tensor, grad + weight_decay * param
-        torch._foreach_copy_(layout.denom_views[first:last], members)
-        grad = torch.add(grad, layout.denom[start:stop], alpha=weight_decay)
-    exp_avg, exp_avg_sq, denom = layout.exp_avg[start:stop], layout.exp_avg_sq[start:stop], layout.denom[start:stop]
+    grad = _decayed_gradient(layout, members, first, last, weight_decay)
+    exp_avg, exp_avg_sq = layout.moments["exp_avg"][start:stop], layout.moments["exp_avg_sq"][start:stop]
+    denom = layout.denom[start:stop]
     exp_avg.lerp_(grad, 1 - beta1)
     exp_avg_sq.mul_(beta2)
     exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
@@ -229,3 +252,33 @@ def _step_run(layout: _Layout, params: list[torch.Tensor], run: list[int], count
     denom.add_(eps)
     torch._foreach_addcdiv_(members, [views[0] for views in layout.moment_views[first:last]],
                             layout.denom_views[first:last], step_size)
+
+
+def _rmsprop_run(layout: _Layout, params: list[torch.Tensor], run: list[int], lr: float, alpha: float, eps: float,
+                 weight_decay: float) -> None:
+    """PyTorch's ``_multi_tensor_rmsprop`` stages (no momentum, not centered) for the parameters ``run``."""
+    first, last = run[0], run[-1] + 1
+    start, stop = layout.offsets[first], layout.offsets[last]
+    members = params[first:last]
+    grad = _decayed_gradient(layout, members, first, last, weight_decay)
+    square_avg, avg = layout.moments["square_avg"][start:stop], layout.denom[start:stop]
+    square_avg.mul_(alpha)
+    square_avg.addcmul_(grad, grad, value=1 - alpha)
+    torch.sqrt(square_avg, out=avg)
+    avg.add_(eps)
+    if weight_decay == 0:
+        grads = layout.grad_views[first:last]
+    else:  # the decayed gradient is a new tensor: its per-parameter pieces
+        grads = [g.view(p.shape) for g, p in zip(grad.split(layout.sizes[first:last]), members)]
+    torch._foreach_addcdiv_(members, grads, layout.denom_views[first:last], value=-lr)
+
+
+def _decayed_gradient(layout: _Layout, members: list[torch.Tensor], first: int, last: int,
+                      weight_decay: float) -> torch.Tensor:
+    """The run's gathered gradient; with an L2 term, a new tensor ``grad + weight_decay * param`` (as PyTorch's)."""
+    start, stop = layout.offsets[first], layout.offsets[last]
+    grad = layout.grad[start:stop]  # gathered by _gather
+    if weight_decay != 0:
+        torch._foreach_copy_(layout.denom_views[first:last], members)
+        grad = torch.add(grad, layout.denom[start:stop], alpha=weight_decay)
+    return grad
