@@ -1,7 +1,8 @@
 """Collection throughput on Atari Pong: raw envpool vs the collection path (envpool / gymnasium +
 batched NatureCNN inference), same run.
 
-- ``raw envpool``      — random actions, no inference: the physical limit of this machine
+- ``raw envpool``      — random actions, no inference, envpool configured as the collection rows'
+  ``EnvPoolVecEnv(sb3_atari=True)`` configures it: the physical limit of this machine
 - ``envpool + CNN``    — SB3 ``EnvPoolVecEnv(sb3_atari=True)`` and one batched forward of SB3's
   NatureCNN DQN policy for all envs per step (what ``rlaccel train`` runs to collect)
 - ``gymnasium + CNN``  — gymnasium's async vector env with ``AtariPreprocessing`` + 4-frame stack,
@@ -53,9 +54,15 @@ import torch
 
 
 def raw_envpool(envs: int, steps: int) -> float:
+    """envpool's own ``step`` with random actions, in the configuration the collection rows run
+    (``EnvPoolVecEnv(sb3_atari=True)``: SB3's Atari settings, rlaccel's worker-thread count)."""
     import envpool
+    from rlaccel_sb3.envpool_vec_env import SB3_ATARI_OPTIONS
 
-    pool = envpool.make_gymnasium("Pong-v5", num_envs=envs, seed=0)
+    from rlaccel_plugins.parallel.factory import envpool_threads
+
+    pool = envpool.make_gymnasium("Pong-v5", num_envs=envs, seed=0, num_threads=envpool_threads("Pong-v5", envs),
+                                  **SB3_ATARI_OPTIONS)
     pool.reset()
     rng = np.random.default_rng(0)
     start = time.perf_counter()
