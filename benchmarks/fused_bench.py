@@ -316,17 +316,27 @@ def a2c_floor(hidden: tuple[int, ...], steps: int, transitions: int) -> float:
     advantages, returns = torch.randn(transitions), torch.randn(transitions)
     start = time.perf_counter()
     for _ in range(steps):
-        log_probs = torch.log_softmax(actor(obs), dim=1)
-        log_prob = log_probs.gather(1, act.unsqueeze(1)).squeeze(1)
-        entropy = -(log_probs.exp() * log_probs).sum(dim=1)
+        log_prob, entropy = _log_prob_and_entropy(actor(obs), act)
         policy_loss = -(advantages * log_prob).mean()
-        value_loss = F.mse_loss(returns, critic(obs).squeeze(1))
-        loss = policy_loss + 0.0 * -entropy.mean() + 0.5 * value_loss
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=True)
-        optimizer.step()
+        _on_policy_step(optimizer, params, policy_loss, F.mse_loss(returns, critic(obs).squeeze(1)), entropy)
     return time.perf_counter() - start
+
+
+def _log_prob_and_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A categorical policy's log-probabilities of ``actions`` and its entropies, from log-softmax."""
+    log_probs = torch.log_softmax(logits, dim=1)
+    return log_probs.gather(1, actions.unsqueeze(1)).squeeze(1), -(log_probs.exp() * log_probs).sum(dim=1)
+
+
+def _on_policy_step(optimizer, params: list, policy_loss: torch.Tensor, value_loss: torch.Tensor,
+                    entropy: torch.Tensor) -> None:
+    """The on-policy loss (entropy coefficient 0, value coefficient 0.5), backward, the gradient clipped to
+    norm 0.5, the optimizer's step."""
+    loss = policy_loss + 0.0 * -entropy.mean() + 0.5 * value_loss
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=True)
+    optimizer.step()
 
 
 def ppo_floor(hidden: tuple[int, ...], batch: int, epochs: int, transitions: int, activation=torch.nn.Tanh) -> float:
@@ -343,19 +353,13 @@ def ppo_floor(hidden: tuple[int, ...], batch: int, epochs: int, transitions: int
     start = time.perf_counter()
     for _ in range(epochs):
         for idx in torch.randperm(transitions).split(batch):
-            log_probs = torch.log_softmax(actor(obs[idx]), dim=1)
-            log_prob = log_probs.gather(1, act[idx].unsqueeze(1)).squeeze(1)
-            entropy = -(log_probs.exp() * log_probs).sum(dim=1)
+            log_prob, entropy = _log_prob_and_entropy(actor(obs[idx]), act[idx])
             adv = advantages[idx]
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             ratio = torch.exp(log_prob - old_log_prob[idx])
             policy_loss = -torch.min(adv * ratio, adv * torch.clamp(ratio, 0.8, 1.2)).mean()
-            value_loss = F.mse_loss(returns[idx], critic(obs[idx]).squeeze(1))
-            loss = policy_loss + 0.0 * -entropy.mean() + 0.5 * value_loss
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=True)
-            optimizer.step()
+            _on_policy_step(optimizer, params, policy_loss, F.mse_loss(returns[idx], critic(obs[idx]).squeeze(1)),
+                            entropy)
     return time.perf_counter() - start
 
 
