@@ -238,3 +238,26 @@ def test_the_tianshou_wrapper_trains_in_channels_last_until_detach_within_its_to
     assert _channels_last_hooks(wrapper.wrapped_algorithm) == 0
     assert differences(contiguous, channels_last)  # the channels-last kernels ran
     assert differences(contiguous, channels_last, **CHANNELS_LAST_TOLERANCE) == []
+
+
+def test_a_deep_copy_of_a_channels_last_wrapper_detaches_its_own_layers_only():
+    import copy
+
+    from rlaccel_tianshou import SparseDenseWrapper
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+
+    from rlaccel_plugins.loader import load_config
+
+    algorithm = DQN(policy=DiscreteQLearningPolicy(model=ConvQ(), action_space=Frames.action_space),
+                    optim=AdamOptimizerFactory())
+    wrapper = SparseDenseWrapper(algorithm, config=load_config(preset="classic_control", channels_last=True))
+    twin = copy.deepcopy(wrapper)
+    twin.detach()
+    assert _channels_last_hooks(twin.wrapped_algorithm) == 0
+    assert all(w.is_contiguous() for w in _conv_weights(twin.wrapped_algorithm))
+    assert _channels_last_hooks(algorithm) == 2  # the original's two layers untouched
+    assert all(w.is_contiguous(memory_format=CHANNELS_LAST) for w in _conv_weights(algorithm))
+    wrapper.detach()
+    assert _channels_last_hooks(algorithm) == 0 and all(w.is_contiguous() for w in _conv_weights(algorithm))
