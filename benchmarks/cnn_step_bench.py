@@ -44,20 +44,28 @@ def step():
 """
 
 
-def drift(steps: int = 20) -> float:
-    """Largest relative difference of any weight after ``steps`` channels-last steps against contiguous ones."""
+def _policy(channels_last: bool, sparse: bool = False):
+    """SB3's NatureCNN DQN policy (seed 0) and, with ``channels_last``, the ``ChannelsLast`` holding its
+    convolutions; ``sparse``: the `atari` preset's sparse phase (the first two convolutions frozen)."""
     import gymnasium as gym
     import numpy as np
     from stable_baselines3.dqn.policies import CnnPolicy
 
     from rlaccel_plugins.fused.memory_format import ChannelsLast
 
+    torch.manual_seed(0)
+    policy = CnnPolicy(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6), lr_schedule=lambda _: 1e-4)
+    if sparse:
+        for conv in [m for m in policy.q_net.modules() if isinstance(m, torch.nn.Conv2d)][:2]:
+            conv.requires_grad_(False)
+    return policy, ChannelsLast([policy], [policy.optimizer]) if channels_last else None
+
+
+def drift(steps: int = 20) -> float:
+    """Largest relative difference of any weight after ``steps`` channels-last steps against contiguous ones."""
     finals = []
     for channels_last in (False, True):
-        torch.manual_seed(0)
-        policy = CnnPolicy(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6),
-                           lr_schedule=lambda _: 1e-4)
-        layout = ChannelsLast([policy], [policy.optimizer]) if channels_last else None
+        policy, layout = _policy(channels_last)
         generator = torch.Generator().manual_seed(1)
         for _ in range(steps):
             x = torch.randint(0, 256, (64, 4, 84, 84), generator=generator).float() / 255.0
@@ -76,23 +84,6 @@ def phase_rows(rounds: int) -> None:
     """ms per DQN step, contiguous vs channels-last, full and sparse, batch 32 and 512."""
     import time
 
-    import gymnasium as gym
-    import numpy as np
-    from stable_baselines3.dqn.policies import CnnPolicy
-
-    from rlaccel_plugins.fused.memory_format import ChannelsLast
-
-    def policy_for(channels_last: bool, sparse: bool):
-        torch.manual_seed(0)
-        policy = CnnPolicy(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), gym.spaces.Discrete(6),
-                           lr_schedule=lambda _: 1e-4)
-        if sparse:  # the atari preset's sparse phase: the last three layers train, the first two convs do not
-            for conv in [m for m in policy.q_net.modules() if isinstance(m, torch.nn.Conv2d)][:2]:
-                conv.requires_grad_(False)
-        if channels_last:
-            ChannelsLast([policy], [policy.optimizer])
-        return policy
-
     print(f"NatureCNN DQN step, ms (median of {rounds} interleaved rounds), contiguous vs channels-last")
     for batch, steps in ((32, 20), (512, 3)):
         obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8)
@@ -107,7 +98,7 @@ def phase_rows(rounds: int) -> None:
             policy.optimizer.step()
 
         for sparse in (False, True):
-            policies = {cl: policy_for(cl, sparse) for cl in (False, True)}
+            policies = {cl: _policy(cl, sparse)[0] for cl in (False, True)}
             times: dict[bool, list[float]] = {False: [], True: []}
             for r in range(rounds):
                 for cl in (False, True) if r % 2 == 0 else (True, False):

@@ -246,61 +246,63 @@ def ppo_rows(rounds: int) -> None:
     """SB3 PPO with RL Zoo's CartPole settings (8 envs x 32 steps, batch 256, 20 epochs: 20 minibatch
     steps per ``train()``), and the same with a 256-256 net at batch 64 (80 steps): ``train()`` on one
     collected rollout, SB3's own against the fused one and :func:`ppo_floor`; ms per minibatch step."""
-    from rlaccel_sb3.fused import fused_train_for
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
     for hidden, batch in [((64, 64), 256), ((256, 256), 64)]:
-        models = []
-        for _ in range(2):
-            model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=0), n_steps=32, batch_size=batch,
-                        gae_lambda=0.8, gamma=0.98, n_epochs=20, learning_rate=1e-3, seed=0, device="cpu",
-                        policy_kwargs=dict(net_arch=list(hidden)))
-            _, callback = model._setup_learn(total_timesteps=10**7, callback=None)
-            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
-            models.append(model)
-        steps = 20 * (256 // batch)
-        trains = {"stock": models[0].train, "fused": fused_train_for(models[1], **FUSED_OPTIMIZER)}
-        times = {"stock": [], "fused": [], "floor": []}
-        for r in range(rounds):
-            order = list(trains.items())
-            for name, train in order if r % 2 == 0 else order[::-1]:
-                t = time.perf_counter()
-                train()
-                times[name].append(time.perf_counter() - t)
-            times["floor"].append(ppo_floor(hidden, batch, epochs=20, transitions=256))
-        print_row("ppo", hidden, batch, {k: 1e3 * statistics.median(v) / steps for k, v in times.items()})
+        models = _collected_twins(lambda hidden=hidden, batch=batch: PPO(
+            "MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=0), n_steps=32, batch_size=batch, gae_lambda=0.8,
+            gamma=0.98, n_epochs=20, learning_rate=1e-3, seed=0, device="cpu", policy_kwargs=dict(net_arch=list(hidden))))
+        floor = functools.partial(ppo_floor, hidden, batch, epochs=20, transitions=256)
+        print_row("ppo", hidden, batch, _on_policy_ms(models, rounds, 1, 20 * (256 // batch), floor, warm_up=False))
 
 
 def a2c_rows(rounds: int, calls: int = 200) -> None:
     """SB3 A2C with RL Zoo's CartPole settings (8 envs x 5 steps: one gradient step on 40 transitions per
     ``train()``), and the same with a 256-256 net: ``train()`` on one collected rollout, SB3's own against
     the fused one and :func:`a2c_floor`; ms per gradient step (= per call)."""
-    from rlaccel_sb3.fused import fused_train_for
     from stable_baselines3 import A2C
     from stable_baselines3.common.env_util import make_vec_env
 
     for hidden in [(64, 64), (256, 256)]:
-        models = []
-        for _ in range(2):
-            model = A2C("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=0), ent_coef=0.0, seed=0,
-                        device="cpu", policy_kwargs=dict(net_arch=list(hidden)))
-            _, callback = model._setup_learn(total_timesteps=10**7, callback=None)
-            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
-            models.append(model)
-        trains = {"stock": models[0].train, "fused": fused_train_for(models[1], **FUSED_OPTIMIZER)}
+        models = _collected_twins(lambda hidden=hidden: A2C(
+            "MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=0), ent_coef=0.0, seed=0, device="cpu",
+            policy_kwargs=dict(net_arch=list(hidden))))
+        floor = functools.partial(a2c_floor, hidden, calls, transitions=40)
+        print_row("a2c", hidden, 40, _on_policy_ms(models, rounds, calls, 1, floor, warm_up=True))
+
+
+def _collected_twins(make) -> list:
+    """Two on-policy models from ``make()``, each with one rollout collected for ``train()`` to run on."""
+    models = []
+    for _ in range(2):
+        model = make()
+        _, callback = model._setup_learn(total_timesteps=10**7, callback=None)
+        model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
+        models.append(model)
+    return models
+
+
+def _on_policy_ms(models: list, rounds: int, calls: int, steps_per_call: int, floor, warm_up: bool) -> dict[str, float]:
+    """ms per gradient step of SB3's ``train()`` (``models[0]``) and the fused one (``models[1]``), ``calls``
+    calls a round, rounds alternating who goes first, and of ``floor()`` (seconds for the same steps) after
+    each round; medians."""
+    from rlaccel_sb3.fused import fused_train_for
+
+    trains = {"stock": models[0].train, "fused": fused_train_for(models[1], **FUSED_OPTIMIZER)}
+    if warm_up:
         for train in trains.values():
-            train()  # warm-up
-        times = {"stock": [], "fused": [], "floor": []}
-        for r in range(rounds):
-            order = list(trains.items())
-            for name, train in order if r % 2 == 0 else order[::-1]:
-                t = time.perf_counter()
-                for _ in range(calls):
-                    train()
-                times[name].append(time.perf_counter() - t)
-            times["floor"].append(a2c_floor(hidden, calls, transitions=40))
-        print_row("a2c", hidden, 40, {k: 1e3 * statistics.median(v) / calls for k, v in times.items()})
+            train()
+    times = {"stock": [], "fused": [], "floor": []}
+    for r in range(rounds):
+        order = list(trains.items())
+        for name, train in order if r % 2 == 0 else order[::-1]:
+            t = time.perf_counter()
+            for _ in range(calls):
+                train()
+            times[name].append(time.perf_counter() - t)
+        times["floor"].append(floor())
+    return {k: 1e3 * statistics.median(v) / (calls * steps_per_call) for k, v in times.items()}
 
 
 def a2c_floor(hidden: tuple[int, ...], steps: int, transitions: int) -> float:
