@@ -8,10 +8,12 @@ and each setting's ratio to the default, and — since channels-last convolution
 how far 20 channels-last steps move the weights from 20 contiguous ones from the same start (not bit
 for bit: a tolerance, as ``training.fused_optimizer`` has).
 
-``--phases``: the DQN step (target forward, online forward, backward, Adam) contiguous against
-channels-last, at batch 32 (RL Zoo's Atari DQN) and 512 (the `atari` preset), as a full update and as
-the preset's sparse one (``dense_layers=[-3, -2, -1]``: the first two convolutions frozen), in one process,
-interleaved rounds, default allocator.
+``--phases``: the DQN step (target forward, online forward, backward, Adam; uint8 frames in, as the
+fused step hands them to SB3's Q-networks) contiguous against channels-last — converted at each
+convolution's input, and ``+ frames``: converted as uint8 frames before SB3's preprocessing, as
+``AccelerateCallback`` installs it — at batch 32 (RL Zoo's Atari DQN) and 512 (the `atari` preset), as a
+full update and as the preset's sparse one (``dense_layers=[-3, -2, -1]``: the first two convolutions
+frozen), in one process, interleaved rounds, default allocator.
 
 Usage:
     python benchmarks/cnn_step_bench.py [--rounds 3] [--steps 6]
@@ -44,11 +46,13 @@ def step():
 """
 
 
-def _policy(channels_last: bool, sparse: bool = False):
+def _policy(channels_last: bool, sparse: bool = False, frames: bool = False):
     """SB3's NatureCNN DQN policy (seed 0) and, with ``channels_last``, the ``ChannelsLast`` holding its
-    convolutions; ``sparse``: the `atari` preset's sparse phase (the first two convolutions frozen)."""
+    convolutions (with ``frames``, converting the Q-networks' uint8 frames too, as ``AccelerateCallback``
+    does); ``sparse``: the `atari` preset's sparse phase (the first two convolutions frozen)."""
     import gymnasium as gym
     import numpy as np
+    from rlaccel_sb3.networks import frame_input_networks
     from stable_baselines3.dqn.policies import CnnPolicy
 
     from rlaccel_plugins.fused.memory_format import ChannelsLast
@@ -58,7 +62,8 @@ def _policy(channels_last: bool, sparse: bool = False):
     if sparse:
         for conv in [m for m in policy.q_net.modules() if isinstance(m, torch.nn.Conv2d)][:2]:
             conv.requires_grad_(False)
-    return policy, ChannelsLast([policy], [policy.optimizer]) if channels_last else None
+    frame_inputs = frame_input_networks(policy) if frames else ()
+    return policy, ChannelsLast([policy], [policy.optimizer], frame_inputs) if channels_last else None
 
 
 def drift(steps: int = 20) -> float:
@@ -80,36 +85,42 @@ def drift(steps: int = 20) -> float:
     return max(((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item() for a, b in zip(*finals))
 
 
+PHASE_VARIANTS = {"contiguous": dict(channels_last=False), "channels-last": dict(channels_last=True),
+                  "+ frames": dict(channels_last=True, frames=True)}
+
+
 def phase_rows(rounds: int) -> None:
-    """ms per DQN step, contiguous vs channels-last, full and sparse, batch 32 and 512."""
+    """ms per DQN step (uint8 frames in, as the fused step hands them to the Q-networks), contiguous vs
+    channels-last (converted at each convolution's input, or as uint8 frames before SB3's preprocessing),
+    full and sparse, batch 32 and 512."""
     import time
 
-    print(f"NatureCNN DQN step, ms (median of {rounds} interleaved rounds), contiguous vs channels-last")
+    print(f"NatureCNN DQN step, ms (median of {rounds} interleaved rounds); ratios to contiguous")
     for batch, steps in ((32, 20), (512, 3)):
         obs = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8)
         act = torch.randint(0, 6, (batch, 1))
 
         def step(policy, obs=obs, act=act):
             with torch.no_grad():
-                target = policy.q_net_target(obs.float() / 255.0).max(dim=1).values
-            loss = (policy.q_net(obs.float() / 255.0).gather(1, act).squeeze(1) - target).square().mean()
+                target = policy.q_net_target(obs).max(dim=1).values
+            loss = (policy.q_net(obs).gather(1, act).squeeze(1) - target).square().mean()
             policy.optimizer.zero_grad()
             loss.backward()
             policy.optimizer.step()
 
         for sparse in (False, True):
-            policies = {cl: _policy(cl, sparse)[0] for cl in (False, True)}
-            times: dict[bool, list[float]] = {False: [], True: []}
+            policies = {name: _policy(sparse=sparse, **kw)[0] for name, kw in PHASE_VARIANTS.items()}
+            times: dict[str, list[float]] = {name: [] for name in policies}
             for r in range(rounds):
-                for cl in (False, True) if r % 2 == 0 else (True, False):
-                    step(policies[cl])
+                for name in list(policies) if r % 2 == 0 else list(policies)[::-1]:
+                    step(policies[name])
                     start = time.perf_counter()
                     for _ in range(steps):
-                        step(policies[cl])
-                    times[cl].append(1e3 * (time.perf_counter() - start) / steps)
-            contiguous, channels_last = (statistics.median(times[cl]) for cl in (False, True))
-            print(f"  batch {batch:>3} {'sparse' if sparse else 'full':<6} contiguous {contiguous:7.1f}  "
-                  f"channels-last {channels_last:7.1f}  {channels_last / contiguous:.2f}x")
+                        step(policies[name])
+                    times[name].append(1e3 * (time.perf_counter() - start) / steps)
+            ms = {name: statistics.median(t) for name, t in times.items()}
+            cells = "  ".join(f"{name} {ms[name]:7.1f} ({ms[name] / ms['contiguous']:.2f}x)" for name in ms)
+            print(f"  batch {batch:>3} {'sparse' if sparse else 'full':<6} {cells}", flush=True)
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ class Frames(gym.Env):
     def _frame(self):
         self.bright = bool(self.np_random.integers(2))
         low = 128 if self.bright else 0
-        return self.np_random.integers(low, low + 128, (1, 36, 36), dtype=np.uint8)
+        return self.np_random.integers(low, low + 128, self.observation_space.shape, dtype=np.uint8)
 
     def step(self, action):
         reward = float(int(action) == int(self.bright))
@@ -43,11 +43,17 @@ class Frames(gym.Env):
         return self._frame(), reward, False, self.t >= 20, {}
 
 
-def _dqn(seed: int = 0, **kwargs):
+class StackedFrames(Frames):
+    """Four stacked frames (a one-channel batch is laid out alike in both formats: nothing to convert)."""
+
+    observation_space = gym.spaces.Box(0, 255, (4, 36, 36), np.uint8)
+
+
+def _dqn(seed: int = 0, policy: str = "CnnPolicy", env: gym.Env | None = None, **kwargs):
     from stable_baselines3 import DQN
 
-    return DQN("CnnPolicy", Frames(), buffer_size=2_000, learning_starts=400, batch_size=32, seed=seed,
-               policy_kwargs=dict(features_extractor_kwargs=dict(features_dim=64)), **kwargs)
+    kwargs.setdefault("policy_kwargs", dict(features_extractor_kwargs=dict(features_dim=64)))
+    return DQN(policy, env or Frames(), buffer_size=2_000, learning_starts=400, batch_size=32, seed=seed, **kwargs)
 
 
 def _conv_weights(module: torch.nn.Module) -> list[torch.Tensor]:
@@ -89,18 +95,20 @@ def test_channels_last_converts_every_conv_weight_and_puts_it_back_bit_for_bit()
     assert differences(moments, dict(optimizer.state[conv.weight])) == []
 
 
-def _filled(seed: int = 3):
-    model = _dqn(seed, train_freq=4)
+def _filled(seed: int = 3, env: gym.Env | None = None):
+    model = _dqn(seed, train_freq=4, env=env)
     model.learning_starts = 10_000
     model.learn(600)
     return model
 
 
-def _train_200(model, channels_last: bool, train=None):
+def _train_200(model, channels_last: bool, train=None, frames: bool = False):
     from rlaccel_sb3.fused import fused_train_for
+    from rlaccel_sb3.networks import frame_input_networks
 
     train = train or fused_train_for(model)
-    layout = ChannelsLast([model.policy], [model.policy.optimizer]) if channels_last else None
+    frame_inputs = frame_input_networks(model.policy) if frames else ()
+    layout = ChannelsLast([model.policy], [model.policy.optimizer], frame_inputs) if channels_last else None
     np.random.seed(11)
     torch.manual_seed(11)
     with UpdateRecorder([model.policy.optimizer]) as record:
@@ -132,6 +140,42 @@ def test_channels_last_updates_agree_with_contiguous_ones_within_its_tolerance_a
     assert differences(contiguous["losses"], mutated["losses"], **CHANNELS_LAST_TOLERANCE)
 
 
+def test_frames_converted_before_preprocessing_reach_the_convolutions_in_channels_last_with_the_same_results():
+    from rlaccel_sb3.networks import frame_input_networks
+
+    model = _filled(env=StackedFrames())
+    assert frame_input_networks(model.policy) == [model.policy.q_net, model.policy.q_net_target]
+    first_convs = [next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d))
+                   for net in (model.policy.q_net, model.policy.q_net_target)]
+    arrivals = []  # registered before ChannelsLast's own hook: what reaches the layer before it converts
+    for conv in first_convs:
+        conv.register_forward_pre_hook(lambda _m, args: arrivals.append(
+            (args[0].dtype, args[0].is_contiguous(memory_format=CHANNELS_LAST))))
+    as_frames = _train_200(model, True, frames=True)
+    assert arrivals and set(arrivals) == {(torch.float32, True)}  # converted while uint8, floats already laid out
+    assert differences(_train_200(_filled(env=StackedFrames()), True), as_frames) == []  # the same values reach them
+
+
+def test_frame_inputs_are_only_networks_running_sb3s_own_nature_cnn():
+    from rlaccel_sb3.networks import frame_input_networks
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    class OwnCnn(BaseFeaturesExtractor):
+        def __init__(self, observation_space, features_dim=16):
+            super().__init__(observation_space, features_dim)
+            self.cnn = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 8, 4), torch.nn.Flatten(), torch.nn.LazyLinear(16))
+
+        def forward(self, observations):
+            return self.cnn(observations.view(observations.shape[0], 4, 36, 36))  # a view: needs contiguous
+
+    ppo = PPO("CnnPolicy", Frames(), n_steps=16, batch_size=16, policy_kwargs=dict(features_extractor_kwargs=dict(features_dim=16)))
+    assert frame_input_networks(ppo.policy) == [ppo.policy]
+    custom = _dqn(env=StackedFrames(), policy_kwargs=dict(features_extractor_class=OwnCnn))
+    assert frame_input_networks(custom.policy) == []
+    assert frame_input_networks(_dqn(policy="MlpPolicy", policy_kwargs=None).policy) == []
+
+
 def _channels_last_hooks(module: torch.nn.Module) -> int:
     from rlaccel_plugins.fused.memory_format import _channels_last_input
 
@@ -161,7 +205,7 @@ def test_the_callback_trains_in_channels_last_for_learn_only_and_saves_plain_wei
     else:
         accelerated = rlaccel_sb3.accelerate(model, preset="classic_control", channels_last=True)
     model.learn(800, callback=CallbackList([accelerated, Probe()]))
-    assert seen == [(True, 6), (True, 6)]  # q_net's and q_net_target's three convs
+    assert seen == [(True, 8), (True, 8)]  # q_net's and q_net_target's three convs and their frame inputs
     assert all(w.is_contiguous() for w in _conv_weights(model.policy)) and _channels_last_hooks(model.policy) == 0
     assert all(v.is_contiguous() for s in model.policy.optimizer.state.values() for v in s.values())
     model.save(tmp_path / "after.zip")

@@ -9,7 +9,11 @@ the results are not bit for bit the contiguous ones: an opt-in with a tolerance,
 :class:`ChannelsLast` converts the weight of every ``Conv2d`` under the given modules (the same
 ``Parameter`` objects, their data replaced, so optimizers and references keep working; gradients and
 optimizer state of those weights too) and gives each such layer its input in channels-last with a
-forward pre-hook. :meth:`ChannelsLast.remove` puts every tensor back in the format it had — the same
+forward pre-hook. Networks that preprocess their observations before the first convolution (SB3's
+``preprocess_obs``: uint8 frames to float, divided by 255) can be named as ``frame_inputs``: their 4-D
+input is converted instead, while it is still uint8 — a quarter of the bytes to copy, and the float frames
+come out of the elementwise preprocessing already in channels-last, so the layer has nothing left to
+convert (the same values reach it either way). :meth:`ChannelsLast.remove` puts every tensor back in the format it had — the same
 values, bit for bit — and removes the hooks: a model saved after training holds what it always holds.
 
 Examples:
@@ -36,7 +40,7 @@ _CHANNELS_LAST = torch.channels_last
 
 
 def _channels_last_input(_module: torch.nn.Module, args: tuple) -> tuple | None:
-    """A ``Conv2d``'s batched input in channels-last (the layer's output then stays in it)."""
+    """A batched 4-D input in channels-last (a ``Conv2d``'s output then stays in it)."""
     x = args[0] if args else None
     if isinstance(x, torch.Tensor) and x.dim() == 4 and not x.is_contiguous(memory_format=_CHANNELS_LAST):
         return (x.contiguous(memory_format=_CHANNELS_LAST), *args[1:])
@@ -49,10 +53,14 @@ class ChannelsLast:
     Args:
         modules: the networks (their submodules included; each layer once, however often it is reached).
         optimizers: optimizers whose state for those weights (Adam's moments) is converted along with them.
+        frame_inputs: modules whose first argument, when a 4-D tensor, is handed over in channels-last
+            before they run: only networks whose every op up to the first convolution leaves the memory
+            format as it finds it (elementwise ops do; a ``view`` of the input would fail).
     """
 
     def __init__(self, modules: Iterable[torch.nn.Module],
-                 optimizers: Iterable[torch.optim.Optimizer] = ()) -> None:
+                 optimizers: Iterable[torch.optim.Optimizer] = (),
+                 frame_inputs: Iterable[torch.nn.Module] = ()) -> None:
         self._weights: list[torch.nn.Parameter] = []  # converted from contiguous: put back on remove()
         self._hooks = []
         seen: set[int] = set()
@@ -64,6 +72,7 @@ class ChannelsLast:
                     if _plain(module.weight):
                         self._weights.append(module.weight)
         self.layers = len(self._hooks)
+        self._hooks += [module.register_forward_pre_hook(_channels_last_input) for module in frame_inputs]
         self._states = [optimizer.state for optimizer in optimizers]
         with torch.no_grad():
             for weight in self._weights:

@@ -14,7 +14,7 @@ from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard
 from rlaccel_plugins.updates.precision import resolve_dtype, update_autocast
-from rlaccel_sb3.networks import critic_networks, trained_networks
+from rlaccel_sb3.networks import critic_networks, frame_input_networks, trained_networks
 from rlaccel_sb3.overrides import (
     override_method,
     override_policy_forward,
@@ -282,7 +282,7 @@ class AccelerateCallback(SparseDenseCallback):
             policy = self.model.policy
             optimizers = {id(m.optimizer): m.optimizer for m in policy.modules()
                           if isinstance(getattr(m, "optimizer", None), torch.optim.Optimizer)}
-            self._channels_last = ChannelsLast([policy], optimizers.values())
+            self._channels_last = ChannelsLast([policy], optimizers.values(), frame_inputs=frame_input_networks(policy))
             if self.verbose:
                 print(f"rlaccel: channels_last: {self._channels_last.layers} Conv2d layers in channels-last")
 

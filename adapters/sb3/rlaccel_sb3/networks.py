@@ -63,3 +63,20 @@ def critic_networks(model: BaseAlgorithm) -> list[torch.nn.Module]:
         if isinstance(getattr(policy, name, None), torch.nn.Module):
             return [getattr(policy, name)]
     return []
+
+
+def frame_input_networks(policy: torch.nn.Module) -> list[torch.nn.Module]:
+    """The networks under ``policy`` that take observations and run only SB3's own ``NatureCNN`` on
+    them (``QNetwork``, ``Actor``, ``ContinuousCritic``, ``ActorCriticPolicy``...): between their input and
+    the first convolution there is only ``preprocess_obs``'s elementwise ``float()`` and ``/ 255``, so
+    ``training.channels_last`` can convert their uint8 frames (:class:`ChannelsLast`'s ``frame_inputs``).
+    A custom extractor is left to its convolutions' own conversion."""
+    from stable_baselines3.common.policies import BaseModel
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, NatureCNN
+
+    networks = []
+    for module in policy.modules():
+        extractors = [c for c in module.children() if isinstance(c, BaseFeaturesExtractor)]
+        if isinstance(module, BaseModel) and extractors and all(type(c) is NatureCNN for c in extractors):
+            networks.append(module)
+    return networks
