@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
+from stable_baselines3.common.utils import explained_variance
 
 from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, zero_grad
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
@@ -39,6 +40,8 @@ from rlaccel_plugins.fused.kernels import backward_to, clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
+from rlaccel_sb3.collection import evaluate_actions_of
+from rlaccel_sb3.rollout_batches import rollout_batches
 from rlaccel_sb3.training_mode import set_training_mode
 
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
@@ -533,17 +536,14 @@ def _a2c_train(model, fused_optimizer: bool = False) -> None:
     train-mode flags written flat, its ``evaluate_actions`` as the same tensor ops without module calls
     where the policy is an MLP one (``rlaccel_sb3.collection.lean_evaluate_actions_for``), the parameter
     list made once, and the optimizer's step as flat ops where :mod:`rlaccel_plugins.fused.flat_optim`
-    covers it (SB3's ``RMSprop``)."""
-    from stable_baselines3.common.utils import explained_variance
-
-    from rlaccel_sb3.collection import evaluate_actions_of
-
+    covers it (SB3's ``RMSprop``), and the rollout's batch gathered with one copy per field
+(:mod:`rlaccel_sb3.rollout_batches`)."""
     policy = model.policy
     evaluate_actions = evaluate_actions_of(model)
     set_training_mode(policy, True)
     model._update_learning_rate(policy.optimizer)
     with OptimizerKernels([policy.optimizer], fused=fused_optimizer):
-        for rollout_data in model.rollout_buffer.get(batch_size=None):  # one batch: the whole rollout
+        for rollout_data in rollout_batches(model.rollout_buffer, None):  # one batch: the whole rollout
             actions = rollout_data.actions
             if isinstance(model.action_space, spaces.Discrete):
                 actions = actions.long().flatten()
@@ -574,13 +574,9 @@ def _a2c_train(model, fused_optimizer: bool = False) -> None:
 def _ppo_train(model, fused_optimizer: bool = False) -> None:
     """SB3's ``PPO.train`` with the multi-tensor optimizer and clipping, the policy's ``evaluate_actions``
     as the same tensor ops without module calls or distribution objects where the policy is an MLP one
-    (``rlaccel_sb3.collection.lean_evaluate_actions_for``), and the logged values gathered as tensors
+    (``rlaccel_sb3.collection.lean_evaluate_actions_for``), the minibatches gathered with one copy per
+    field (:mod:`rlaccel_sb3.rollout_batches`), and the logged values gathered as tensors
     (one host sync per call; per minibatch only when ``target_kl`` needs the KL to decide)."""
-    from gymnasium import spaces
-    from stable_baselines3.common.utils import explained_variance
-
-    from rlaccel_sb3.collection import evaluate_actions_of
-
     policy = model.policy
     evaluate_actions = evaluate_actions_of(model)
     set_training_mode(policy, True)
@@ -595,7 +591,7 @@ def _ppo_train(model, fused_optimizer: bool = False) -> None:
     with OptimizerKernels([policy.optimizer], fused=fused_optimizer):
         for epoch in range(model.n_epochs):
             approx_kl_divs = []
-            for rollout_data in model.rollout_buffer.get(model.batch_size):
+            for rollout_data in rollout_batches(model.rollout_buffer, model.batch_size):
                 actions = rollout_data.actions
                 if isinstance(model.action_space, spaces.Discrete):
                     actions = rollout_data.actions.long().flatten()
