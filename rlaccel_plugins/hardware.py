@@ -16,6 +16,21 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name as the OS reports it (``/proc/cpuinfo`` on Linux), or None: what kernels a
+    library picks (oneDNN's AVX-512 ones, say) and so how much a CPU path pays depend on it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip() or None
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
+
+
 def gpu_info() -> tuple[str, str | None]:
     """``(device, name)``: the best torch device and the accelerator's name, if any."""
     import torch

@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +110,8 @@ def test_bench_command_writes_results_table_and_plots(tmp_path, capsys):
         assert record["peak_rss_mb"] > 50 and record["gradient_steps"] > 0 and record["curve"]
     assert results["raw_env_steps_per_s"]["CartPole-v1"]["env_steps_per_s"] > 1000
     assert "| variant | reached |" in (tmp_path / "results.md").read_text()
+    assert len(results["host"]["probe_rates"]) == 2  # before the seed and at the end
+    assert "Host: raw env steps/s before each seed and at the end" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
     assert "written:" in capsys.readouterr().out
 
@@ -133,3 +136,43 @@ def test_bench_help_lists_every_suite(capsys):
         main(["bench", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert all(name in shown for name in SUITES) and "precision" in shown
+
+
+def test_the_host_meter_counts_other_processes_cpu_and_the_hypervisors_steal(monkeypatch):
+    from rlaccel_plugins.bench import host
+
+    stats = iter([{"busy": 1_000, "steal": 50, "total": 10_000}, {"busy": 1_000 + 300, "steal": 50 + 20, "total": 10_400}])
+    own = iter([10.0, 10.5])  # the suite's own CPU seconds (its reaped variant processes included)
+    clock = iter([100.0, 102.0])
+    monkeypatch.setattr(host, "_read_stat", lambda: next(stats))
+    monkeypatch.setattr(host, "_own_cpu_seconds", lambda: next(own))
+    monkeypatch.setattr(host.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(host.os, "sysconf", lambda name: 100)  # clock ticks per second
+    meter = host.HostMeter()
+    meter.probe(2_000.0)
+    meter.probe(1_600.0)
+    summary = meter.finish()
+    assert summary["steal_share"] == pytest.approx(20 / 400)
+    assert summary["others_cores"] == pytest.approx((3.0 - 0.5) / 2.0)  # 3 busy s, 0.5 of them ours, over 2 s
+    line, unsteady = host.verdict(summary)
+    assert unsteady and "spread 25%" in line and "1.25 cores" in line and "not steady" in line
+    steady = ("Host: raw env steps/s before each seed and at the end: 2,000, 1,900 (spread 5%); CPU time stolen by "
+              "the hypervisor: 1.0%; other processes: 0.10 cores on average.")
+    assert host.verdict({"probe_rates": [2_000.0, 1_900.0], "steal_share": 0.01, "others_cores": 0.1}) == (steady, False)
+
+
+def test_the_host_meter_sees_a_busy_process_that_is_not_the_suites():
+    import subprocess
+    import sys
+    import time
+
+    from rlaccel_plugins.bench.host import HostMeter
+
+    if not Path("/proc/stat").exists():
+        pytest.skip("needs Linux's /proc/stat")
+    meter = HostMeter()
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
+    time.sleep(1.5)
+    summary = meter.finish()  # before the busy process is reaped: not ours by rusage
+    busy.wait()
+    assert summary["others_cores"] > 0.3

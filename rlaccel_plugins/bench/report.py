@@ -9,6 +9,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from rlaccel_plugins.bench.host import verdict
+
 INF = math.inf
 
 
@@ -68,6 +70,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [(f"Machine: {results['machine']}. Suite `{results['suite']}`, {results['seeds']} seed(s), "
               "variants interleaved per seed; medians over seeds; time = training wall time to a 10-episode "
               "deterministic evaluation mean >= threshold, evaluation excluded."), ""]
+    if "host" in results:
+        lines += [verdict(results["host"])[0], ""]
     for task in dict.fromkeys(r["task"] for r in results["summary"]):
         raw = results["raw_env_steps_per_s"].get(task, {})
         lines += [(f"**{task}** (threshold {results['thresholds'].get(task)}; raw env limit here: "
@@ -92,10 +96,12 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def machine() -> str:
-    from rlaccel_plugins.hardware import cpu_count, gpu_info
+    from rlaccel_plugins.hardware import cpu_count, cpu_model, gpu_info
 
     _, gpu = gpu_info()
-    return f"{platform.machine()} {cpu_count()} cores{', ' + gpu if gpu else ', no GPU'}, {platform.platform(terse=True)}"
+    cpu = f" ({cpu_model()})" if cpu_model() else ""
+    return (f"{platform.machine()}{cpu} {cpu_count()} cores{', ' + gpu if gpu else ', no GPU'}, "
+            f"{platform.platform(terse=True)}")
 
 
 def _step_curve(points: list[dict], key: str, grid) -> list[float]:

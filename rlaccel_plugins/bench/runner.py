@@ -80,20 +80,34 @@ def raw_env_steps_per_s(env_id: str, seconds: float = 3.0) -> dict[str, Any]:
     return {"backend": backend, "num_envs": num_envs, "env_steps_per_s": rate}
 
 
+PROBE_SECONDS = 1.0  # each host probe: the raw env rate over this long, before every seed and at the end
+
+
 def run_suite(tasks: tuple[Task, ...], seeds: int, first_seed: int = 0, isolated: bool = True,
               on_record=None) -> dict[str, Any]:
-    """Every variant of every task for ``seeds`` seeds, interleaved (seed-major: A B C, A B C, ...)."""
+    """Every variant of every task for ``seeds`` seeds, interleaved (seed-major: A B C, A B C, ...), with
+    how steady the host was meanwhile (:mod:`rlaccel_plugins.bench.host`)."""
+    from rlaccel_plugins.bench.host import HostMeter
+
     run = run_isolated if isolated else run_one
     records: list[dict[str, Any]] = []
+    meter = HostMeter()
     raw = {task.env_id: raw_env_steps_per_s(task.env_id) for task in tasks}
+
+    def probe() -> None:  # the host's speed now, by the first task's raw env rate
+        if tasks:
+            meter.probe(raw_env_steps_per_s(tasks[0].env_id, seconds=PROBE_SECONDS)["env_steps_per_s"])
+
     for seed in range(first_seed, first_seed + seeds):
+        probe()
         for task in tasks:
             for variant in task.variants:
                 record = run(task, variant, seed)
                 records.append(record)
                 if on_record is not None:
                     on_record(record)
-    return {"raw_env_steps_per_s": raw, "records": records}
+    probe()
+    return {"raw_env_steps_per_s": raw, "records": records, "host": meter.finish()}
 
 
 def run_bench(suite: str, seeds: int = 5, frameworks: tuple[str, ...] = ("sb3", "tianshou"), out: str = "bench-results",
