@@ -62,9 +62,8 @@ class HostMeter:
         self._stat = _read_stat()
         self._own, self._wall = _own_cpu_seconds(), time.perf_counter()
 
-    def probe(self, rate: float) -> float:
+    def probe(self, rate: float) -> None:
         self.probe_rates.append(rate)
-        return rate
 
     def finish(self) -> dict[str, Any]:
         summary: dict[str, Any] = {"probe_rates": self.probe_rates, "steal_share": None, "others_cores": None}

@@ -99,7 +99,8 @@ def machine() -> str:
     from rlaccel_plugins.hardware import cpu_count, cpu_model, gpu_info
 
     _, gpu = gpu_info()
-    cpu = f" ({cpu_model()})" if cpu_model() else ""
+    model = cpu_model()
+    cpu = f" ({model})" if model else ""
     return (f"{platform.machine()}{cpu} {cpu_count()} cores{', ' + gpu if gpu else ', no GPU'}, "
             f"{platform.platform(terse=True)}")
 

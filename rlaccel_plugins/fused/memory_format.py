@@ -11,10 +11,11 @@ the results are not bit for bit the contiguous ones: an opt-in with a tolerance,
 optimizer state of those weights too) and gives each such layer its input in channels-last with a
 forward pre-hook. Networks that preprocess their observations before the first convolution (SB3's
 ``preprocess_obs``: uint8 frames to float, divided by 255) can be named as ``frame_inputs``: their 4-D
-input is converted instead, while it is still uint8 — a quarter of the bytes to copy, and the float frames
-come out of the elementwise preprocessing already in channels-last, so the layer has nothing left to
-convert (the same values reach it either way). :meth:`ChannelsLast.remove` puts every tensor back in the format it had — the same
-values, bit for bit — and removes the hooks: a model saved after training holds what it always holds.
+input is converted instead, while it is still uint8 — a quarter of the bytes to copy — and the float
+frames come out of the elementwise preprocessing already in channels-last, so the layer has nothing
+left to convert (the same values reach it either way). :meth:`ChannelsLast.remove` puts every tensor
+back in the format it had — the same values, bit for bit — and removes the hooks: a model saved after
+training holds what it always holds.
 
 Examples:
     >>> import torch

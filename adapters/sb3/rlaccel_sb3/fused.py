@@ -537,7 +537,7 @@ def _a2c_train(model, fused_optimizer: bool = False) -> None:
     where the policy is an MLP one (``rlaccel_sb3.collection.lean_evaluate_actions_for``), the parameter
     list made once, and the optimizer's step as flat ops where :mod:`rlaccel_plugins.fused.flat_optim`
     covers it (SB3's ``RMSprop``), and the rollout's batch gathered with one copy per field
-(:mod:`rlaccel_sb3.rollout_batches`)."""
+    (:mod:`rlaccel_sb3.rollout_batches`)."""
     policy = model.policy
     evaluate_actions = evaluate_actions_of(model)
     set_training_mode(policy, True)
