@@ -111,6 +111,7 @@ def test_bench_command_writes_results_table_and_plots(tmp_path, capsys):
     assert results["raw_env_steps_per_s"]["CartPole-v1"]["env_steps_per_s"] > 1000
     assert "| variant | reached |" in (tmp_path / "results.md").read_text()
     assert len(results["host"]["probe_rates"]) == 2  # before the seed and at the end
+    assert results["command"] == f"rlaccel bench --suite quick --seeds 1 --frameworks tianshou --steps 1500 --out {tmp_path}"
     assert "Host: raw env steps/s before each seed and at the end" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
     assert "written:" in capsys.readouterr().out
@@ -176,3 +177,18 @@ def test_the_host_meter_sees_a_busy_process_that_is_not_the_suites():
     summary = meter.finish()  # before the busy process is reaped: not ours by rusage
     busy.wait()
     assert summary["others_cores"] > 0.3
+
+
+def test_the_results_index_names_every_results_folder_and_where_the_readme_cites_it():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("results_index", Path(__file__).parents[1] / "benchmarks/results_index.py")
+    index = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(index)
+    text = index.build()
+    folders = [p.name for p in index.RESULTS.iterdir() if p.is_dir()]
+    assert folders and all(f"## `{name}/`" in text for name in folders)
+    assert "`python benchmarks/allocator_bench.py" in text  # a text file's own command line
+    assert index.readme_sections("allocator", "## A\nsee `benchmarks/results/allocator/`\n## B\nnothing") == ["A"]
+    assert index.readme_sections("atari-fps", "## A\nresults/atari-fps-lean/") == []  # a longer name is another folder
+    assert index.readme_sections("quick-dropin-off", "## A\nruns (`quick-dropin-off*/`)") == ["A"]

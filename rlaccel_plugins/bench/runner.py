@@ -141,7 +141,12 @@ def run_bench(suite: str, seeds: int = 5, frameworks: tuple[str, ...] = ("sb3", 
               f"{record['env_steps_per_s']:,.0f} env steps/s", flush=True)
 
     raw = run_suite(tasks, seeds, first_seed=first_seed, on_record=show)
-    results = {"suite": suite, "seeds": seeds, "machine": report.machine(),
+    command = (f"rlaccel bench --suite {suite} --seeds {seeds} --frameworks {','.join(frameworks)}"
+               + (" --ablate" if ablate else "") + (f" --first-seed {first_seed}" if first_seed else "")
+               + (f" --steps {steps}" if steps is not None else "") + (f" --preset {preset}" if preset else "")
+               + f" --out {out}")
+    results = {"suite": suite, "seeds": seeds, "command": command, "date": time.strftime("%Y-%m-%d"),
+               "machine": report.machine(),
                "thresholds": {t.env_id: THRESHOLDS.get(t.env_id) for t in tasks}, **raw}
     results["summary"] = report.summarize(results["records"])
     out_dir = Path(out)
