@@ -157,6 +157,7 @@ def test_frames_converted_before_preprocessing_reach_the_convolutions_in_channel
 
 
 def test_frame_inputs_are_only_networks_running_sb3s_own_nature_cnn():
+    from rlaccel_sb3 import AccelerateCallback
     from rlaccel_sb3.networks import frame_input_networks
     from stable_baselines3 import PPO
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
@@ -167,13 +168,17 @@ def test_frame_inputs_are_only_networks_running_sb3s_own_nature_cnn():
             self.cnn = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 8, 4), torch.nn.Flatten(), torch.nn.LazyLinear(16))
 
         def forward(self, observations):
-            return self.cnn(observations.view(observations.shape[0], 4, 36, 36))  # a view: needs contiguous
+            n = observations.shape[0]  # flattening by view needs PyTorch's default layout of the frames
+            return self.cnn(observations.view(n, -1).view(n, 4, 36, 36))
 
     ppo = PPO("CnnPolicy", Frames(), n_steps=16, batch_size=16, policy_kwargs=dict(features_extractor_kwargs=dict(features_dim=16)))
     assert frame_input_networks(ppo.policy) == [ppo.policy]
     custom = _dqn(env=StackedFrames(), policy_kwargs=dict(features_extractor_class=OwnCnn))
     assert frame_input_networks(custom.policy) == []
     assert frame_input_networks(_dqn(policy="MlpPolicy", policy_kwargs=None).policy) == []
+    # its convolution still runs in channels-last, converted at the layer, and the view still works
+    custom.learn(480, callback=AccelerateCallback(preset="classic_control", channels_last=True, sparse=False))
+    assert custom.num_timesteps == 480 and custom._n_updates > 0
 
 
 def _channels_last_hooks(module: torch.nn.Module) -> int:
