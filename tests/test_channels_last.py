@@ -176,7 +176,9 @@ def test_frame_inputs_are_only_networks_running_sb3s_own_nature_cnn():
     custom = _dqn(env=StackedFrames(), policy_kwargs=dict(features_extractor_class=OwnCnn))
     assert frame_input_networks(custom.policy) == []
     assert frame_input_networks(_dqn(policy="MlpPolicy", policy_kwargs=None).policy) == []
-    # its convolution still runs in channels-last, converted at the layer, and the view still works
+    # its convolution still runs in channels-last, converted at the layer, and the view still works; its
+    # LazyLinear is created in the first greedy action's forward, which therefore runs under no_grad, not
+    # inference_mode (inference tensors as weights would fail the first gradient step)
     custom.learn(480, callback=AccelerateCallback(preset="classic_control", channels_last=True, sparse=False))
     assert custom.num_timesteps == 480 and custom._n_updates > 0
 

@@ -104,8 +104,11 @@ def _policy_predict(model, epsilon_greedy: bool) -> Callable[[np.ndarray], np.nd
     plain_box = isinstance(space, spaces.Box) and not is_image_space(space)
     action_shape = (-1, *action_space.shape)
     # Q-networks cache nothing between calls, so their forward can run in inference mode (~7 µs less
-    # than no_grad here, the same kernels); actors keep distribution tensors that training reuses
-    no_grad = torch.inference_mode if epsilon_greedy else torch.no_grad
+    # than no_grad here, the same kernels); actors keep distribution tensors that training reuses, and
+    # a lazy module (LazyLinear...) would create its weights in its first forward as inference tensors,
+    # which training cannot use
+    lazy = any(isinstance(m, torch.nn.modules.lazy.LazyModuleMixin) for m in policy.modules())
+    no_grad = torch.inference_mode if epsilon_greedy and not lazy else torch.no_grad
     greedy = _flat_greedy(policy) if plain_box else None
     # BasePolicy.device lists every parameter to return the first one's device (~8 µs a step); the first
     # parameter itself follows the policy to any device (Module.to moves its data in place)
