@@ -75,6 +75,21 @@ def _model(algo: str, n_envs: int = 1, device: str = "cpu", **overrides):
 LEAN = {"_sample_action", "collect_rollouts", "_store_transition", "_on_step"}
 
 
+def _lazy_features(observation_space, features_dim: int = 16):
+    """A features extractor whose layer is created in its first forward (``LazyLinear``)."""
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    class LazyFeatures(BaseFeaturesExtractor):
+        def __init__(self) -> None:
+            super().__init__(observation_space, features_dim)
+            self.net = torch.nn.Sequential(torch.nn.LazyLinear(features_dim), torch.nn.ReLU())
+
+        def forward(self, observations: torch.Tensor) -> torch.Tensor:
+            return self.net(observations)
+
+    return LazyFeatures()
+
+
 def _learn(algo: str, lean: bool, steps: int, n_envs: int = 1, device: str = "cpu", expect=LEAN,
            callback=None, log_interval: int = 4, **overrides) -> dict:
     from rlaccel_sb3.overrides import override_method, remove_override
@@ -132,6 +147,10 @@ def _stop_at(n_calls: int):
     ("DQN", 1_500, 1, dict(train_freq=(2, "episode"), log_interval=1)),  # episodic rollouts, logs every episode
     ("DQN", 1_500, 1, dict(replay_buffer_class="tiered")),
     ("SAC", 500, 2, dict(train_freq=(3, "step"))),
+    # its first greedy action creates the lazy layer's weights: under no_grad, as SB3's, not inference mode;
+    # the target update is SB3's own while the target's lazy layer has no weights at install
+    ("DQN", 1_500, 1, dict(policy_kwargs=dict(net_arch=[32, 32], features_extractor_class=_lazy_features),
+                           expect=LEAN - {"_on_step"})),
 ])
 def test_lean_collection_keeps_sb3s_buffers_cadence_and_target_updates(algo, steps, n_envs, overrides):
     if overrides.get("replay_buffer_class") == "tiered":

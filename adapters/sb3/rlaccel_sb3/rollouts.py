@@ -32,6 +32,7 @@ from collections.abc import Callable
 from copy import deepcopy
 
 import numpy as np
+import torch
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import RolloutReturn, TrainFrequencyUnit
 from stable_baselines3.common.vec_env import VecEnv
@@ -220,7 +221,7 @@ def _direct_add(buffer) -> Callable | None:
 def _lean_target_update_on_step(model) -> Callable | None:
     """DQN / QR-DQN's ``_on_step`` with the Polyak update on parameter lists made once (SB3 lists both
     networks' parameters on every update) in multi-tensor kernels of the same arithmetic; None for other
-    algorithms (SAC/TD3/DDPG update their targets in ``train()``)."""
+    algorithms (SAC/TD3/DDPG update their targets in ``train()``) and where a lazy layer has no weights yet."""
     from stable_baselines3 import DQN
 
     from rlaccel_plugins.fused import polyak_update_
@@ -234,6 +235,8 @@ def _lean_target_update_on_step(model) -> Callable | None:
     else:
         return None
     params, target_params = list(online.parameters()), list(target.parameters())
+    if any(torch.nn.parameter.is_lazy(p) for p in params + target_params):
+        return None  # a lazy layer not created yet: SB3's own update (its .data of one is empty)
     norm_stats = bool(model.batch_norm_stats)  # SB3's call with two empty lists does nothing
 
     def _on_step() -> None:
