@@ -34,6 +34,21 @@ from torch.nn.modules import module as torch_module
 T = TypeVar("T")
 
 
+def has_uninitialized(*modules: torch.nn.Module) -> bool:
+    """Whether a lazy layer (``LazyLinear``, ``LazyBatchNorm1d``...) in ``modules`` has not created its
+    weights or buffers yet: they appear in its first forward (an ``UninitializedParameter`` until then).
+
+    Examples:
+        >>> net = torch.nn.Sequential(torch.nn.LazyLinear(2))
+        >>> has_uninitialized(net), has_uninitialized(torch.nn.Linear(2, 2))
+        (True, False)
+        >>> _ = net(torch.zeros(1, 3))
+        >>> has_uninitialized(net)
+        False
+    """
+    return any(torch.nn.parameter.is_lazy(t) for m in modules for t in itertools.chain(m.parameters(), m.buffers()))
+
+
 def has_call_hooks(module: torch.nn.Module) -> bool:
     """Whether calling ``module`` runs a hook of its own (forward, forward-pre, backward, backward-pre)."""
     return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks

@@ -30,7 +30,7 @@ from stable_baselines3.common.distributions import sum_independent_dims
 
 from rlaccel_plugins.fused.distributions import FlatCategorical, normal_rsample
 from rlaccel_plugins.fused.flat import flat_layers
-from rlaccel_plugins.fused.module_cache import cached, has_call_hooks
+from rlaccel_plugins.fused.module_cache import cached, has_call_hooks, has_uninitialized
 from rlaccel_sb3.flat_actor_critic import flat_q_values, gaussian_log_prob
 from rlaccel_sb3.training_mode import set_training_mode
 
@@ -107,8 +107,7 @@ def _policy_predict(model, epsilon_greedy: bool) -> Callable[[np.ndarray], np.nd
     # than no_grad here, the same kernels); actors keep distribution tensors that training reuses, and
     # a lazy module (LazyLinear...) would create its weights in its first forward as inference tensors,
     # which training cannot use
-    lazy = any(isinstance(m, torch.nn.modules.lazy.LazyModuleMixin) for m in policy.modules())
-    no_grad = torch.inference_mode if epsilon_greedy and not lazy else torch.no_grad
+    no_grad = torch.inference_mode if epsilon_greedy and not has_uninitialized(policy) else torch.no_grad
     greedy = _flat_greedy(policy) if plain_box else None
     # BasePolicy.device lists every parameter to return the first one's device (~8 µs a step); the first
     # parameter itself follows the policy to any device (Module.to moves its data in place)

@@ -32,7 +32,6 @@ from collections.abc import Callable
 from copy import deepcopy
 
 import numpy as np
-import torch
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import RolloutReturn, TrainFrequencyUnit
 from stable_baselines3.common.vec_env import VecEnv
@@ -225,6 +224,7 @@ def _lean_target_update_on_step(model) -> Callable | None:
     from stable_baselines3 import DQN
 
     from rlaccel_plugins.fused import polyak_update_
+    from rlaccel_plugins.fused.module_cache import has_uninitialized
     from rlaccel_sb3.collection import _qrdqn
 
     qrdqn = _qrdqn()
@@ -234,9 +234,9 @@ def _lean_target_update_on_step(model) -> Callable | None:
         online, target = model.quantile_net, model.quantile_net_target
     else:
         return None
-    params, target_params = list(online.parameters()), list(target.parameters())
-    if any(torch.nn.parameter.is_lazy(p) for p in params + target_params):
+    if has_uninitialized(online, target):
         return None  # a lazy layer not created yet: SB3's own update (its .data of one is empty)
+    params, target_params = list(online.parameters()), list(target.parameters())
     norm_stats = bool(model.batch_norm_stats)  # SB3's call with two empty lists does nothing
 
     def _on_step() -> None:
