@@ -249,6 +249,43 @@ def test_the_callback_installs_the_fused_train_for_learn_only_and_never_saves_it
     DQN.load(tmp_path / "during.zip", env=model.get_env()).learn(50)  # loads and trains as a plain SB3 model
 
 
+@pytest.mark.parametrize("algo", ["DQN", "SAC"])
+def test_the_drop_in_trains_a_lazy_layer_as_sb3_does_bit_for_bit(algo):
+    """A features extractor whose ``LazyLinear`` makes its weights in its first forward (the actor's in the
+    first action, the critics' and the target networks' in the first ``train()``): ``learn()`` with the
+    callback's fused ``train()`` and lean collection ends with SB3's weights, optimizer states, counters
+    and random states."""
+    from rlaccel_sb3 import AccelerateCallback
+    from stable_baselines3 import DQN, SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from tests.test_sb3_collection import _lazy_features
+
+    cls, env = {"DQN": (DQN, "CartPole-v1"), "SAC": (SAC, "Pendulum-v1")}[algo]
+
+    def learn(callback):
+        model = cls("MlpPolicy", env, learning_starts=50, train_freq=4, gradient_steps=2, batch_size=32, seed=0,
+                    policy_kwargs=dict(net_arch=[32, 32], features_extractor_class=_lazy_features))
+        model.learn(300, callback=callback)
+        return model, {"parameters": dict(model.policy.state_dict()), "n_updates": model._n_updates, "rng": _rng(),
+                       "optimizers": [copy.deepcopy(o.state_dict()) for o in _optimizers(model)]}
+
+    seen = []
+
+    class Probe(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_rollout_end(self) -> None:
+            seen.append({"train", "collect_rollouts"} <= set(self.model.__dict__))
+
+    _, stock = learn(None)
+    model, dropin = learn([AccelerateCallback(sparse=False), Probe()])
+    assert seen and all(seen)  # the fused train() and the lean loop ran the whole learn()
+    assert not any(torch.nn.parameter.is_lazy(p) for p in model.policy.parameters())
+    assert differences(stock, dropin) == []
+
+
 def test_the_callback_steps_with_the_fused_optimizer_only_inside_train_and_never_saves_it(tmp_path):
     from rlaccel_sb3 import AccelerateCallback
     from stable_baselines3 import DQN
