@@ -35,7 +35,7 @@ work: the policy's train/eval switch and the statistics' summaries).
 ``--split``: how to divide this machine's cores between emulation and batched NatureCNN inference on
 Pong (``EnvPoolVecEnv(sb3_atari=True)``): agent steps/s for envpool worker threads x torch threads,
 with SB3's ``policy.predict`` and with a lean forward (``torch.inference_mode``, the Q-network called
-directly on the uint8 frames, ``argmax``), channels-last or not.
+directly on the uint8 frames, ``argmax``): as it is, ``torch.compile``-d, or in channels-last.
 
 Usage:
     python benchmarks/collect_bench.py [--envs 8] [--steps 2000]
@@ -127,22 +127,33 @@ def gymnasium_with_inference(envs: int, steps: int) -> float:
 
 
 def split_rows(envs: int, steps: int) -> None:
-    """Agent steps/s of envpool + batched NatureCNN inference per (envpool threads, torch threads, path)."""
+    """Agent steps/s of envpool + batched NatureCNN inference per (envpool threads, torch threads, path);
+    the compiled path's ``torch.compile`` warm-up runs before the cells and is printed on its own."""
     from rlaccel_sb3 import EnvPoolVecEnv
 
+    paths = ("predict", "lean", "compiled", "channels_last")
     print(f"Pong, {envs} envs, {steps} vector steps per cell; agent steps/s (frames/s = 4x)")
-    print(f"  {'envpool thr':>11} {'torch thr':>9} {'SB3 predict':>12} {'lean':>8} {'lean, channels-last':>20}")
+    print(f"  {'envpool thr':>11} {'torch thr':>9} {'SB3 predict':>12} {'lean':>8} {'lean, compiled':>15} "
+          f"{'lean, channels-last':>20}")
     for pool_threads in (1, 2):
         venv = EnvPoolVecEnv("Pong-v5", num_envs=envs, seed=0, sb3_atari=True, num_threads=pool_threads)
         policy = policy_for(venv.observation_space, venv.action_space)
         policy.set_training_mode(False)
         q_net = policy.q_net
+        # SB3's preprocessing (uint8 frames as float / 255) written out: dynamo's guards on SB3's
+        # `preprocess_obs` (it reads the numpy space) fail under inference_mode in torch 2.13
+        compiled = torch.compile(lambda frames, net=q_net: net.q_net(net.features_extractor(frames.float() / 255.0)))
+        start = time.perf_counter()
+        with torch.inference_mode():
+            compiled(torch.as_tensor(venv.reset()))
+        print(f"  (torch.compile warm-up: {time.perf_counter() - start:.1f} s)", flush=True)
         for torch_threads in (1, 2):
             torch.set_num_threads(torch_threads)
             rates = {}
-            for name in ("predict", "lean", "channels_last"):
+            for name in paths:
                 if name == "channels_last":
                     q_net.to(memory_format=torch.channels_last)
+                forward = compiled if name == "compiled" else q_net
                 obs = venv.reset()
                 start = time.perf_counter()
                 for _ in range(steps):
@@ -153,13 +164,13 @@ def split_rows(envs: int, steps: int) -> None:
                             frames = torch.as_tensor(obs)
                             if name == "channels_last":
                                 frames = frames.contiguous(memory_format=torch.channels_last)
-                            actions = q_net(frames).argmax(dim=1).numpy()
+                            actions = forward(frames).argmax(dim=1).numpy()
                     obs, _, _, _ = venv.step(actions)
                 rates[name] = steps * envs / (time.perf_counter() - start)
                 if name == "channels_last":
                     q_net.to(memory_format=torch.contiguous_format)
             print(f"  {pool_threads:>11} {torch_threads:>9} {rates['predict']:>12,.0f} {rates['lean']:>8,.0f} "
-                  f"{rates['channels_last']:>20,.0f}", flush=True)
+                  f"{rates['compiled']:>15,.0f} {rates['channels_last']:>20,.0f}", flush=True)
         venv.close()
 
 
