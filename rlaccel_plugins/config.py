@@ -31,6 +31,9 @@ from rlaccel_plugins.errors import ConfigError, did_you_mean, invalid
 AUTO = "auto"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 RATIO_SCHEDULES = ("constant", "anneal")
+# how a batch is drawn: uniform over everything stored (the frameworks' own distribution), the tiers'
+# per-level ratios, ERE (Wang & Ross 2019) or CER (Zhang & Sutton 2017); replay/schemes.py
+SAMPLING_SCHEMES = ("uniform", "tiers", "ere", "cer")
 RATIO_TOLERANCE = 1e-6
 
 
@@ -95,9 +98,22 @@ class ReplayBufferConfig:
     importance_beta: float | None = None
     dedup_frames: bool | str = AUTO
     n_step: int | str = AUTO  # n-step returns where rlaccel builds the agent; auto: the recipe's own
+    sampling: str = "tiers"  # one of SAMPLING_SCHEMES; the levels are kept (and reported) whatever it is
+    ere_eta: float = 0.996   # ERE: the recency exponent's base, annealed to 1 over anneal_steps
+    ere_c_min: int = 5000    # ERE: the smallest window of newest transitions an update draws from
+    ere_updates: int = 1000  # ERE: K, the updates of one sweep from the whole buffer to the newest window
 
     def __post_init__(self) -> None:
         levels = _int("levels", self.levels, minimum=1)
+        _choice("sampling", self.sampling, SAMPLING_SCHEMES)
+        eta = _float("ere_eta", self.ere_eta, positive=True)
+        if eta > 1:
+            raise invalid("ere_eta", "be in (0, 1]", self.ere_eta, "The paper's value is 0.996.")
+        _int("ere_c_min", self.ere_c_min, minimum=1)
+        _int("ere_updates", self.ere_updates, minimum=1)
+        if self.sampling in ("ere", "cer") and self.importance_beta is not None:
+            raise invalid("importance_beta", f"be unset with sampling={self.sampling!r} (weights correct the tiers' "
+                          "ratios only)", self.importance_beta, "Drop importance_beta or use sampling: tiers.")
         _int("n_step", self.n_step, minimum=1, auto=True)
         caps = _sequence("level_capacity", self.level_capacity)
         for cap in caps:

@@ -12,11 +12,13 @@ import numpy as np
 
 from rlaccel_plugins.config import AUTO, AccelConfig, ReplayBufferConfig
 from rlaccel_plugins.errors import ConfigError, invalid
-from rlaccel_plugins.replay.sampler import SampledIndices, TieredSampler
+from rlaccel_plugins.replay.sampler import SampledIndices
+from rlaccel_plugins.replay.schemes import make_sampler
 from rlaccel_plugins.replay.storage import FrameStackStorage, RingStorage
 from rlaccel_plugins.replay.tiers import TierLayout
 
 STATE_VERSION = 1
+SCHEME_FIELDS = ("ere_eta", "ere_c_min", "ere_updates")  # a sampling scheme's own settings
 OBS, NEXT_OBS = "obs", "next_obs"
 
 
@@ -43,10 +45,13 @@ class TieredReplay:
         sampling_ratio: share of each batch per level (sums to 1).
         num_envs: env streams added in lock-step (each add carries a leading ``num_envs`` dim).
         ratio_schedule: ``"constant"`` or ``"anneal"`` (toward uniform over ``anneal_steps``).
-        anneal_steps: transitions added over which ``anneal`` reaches uniform.
+        anneal_steps: transitions added over which ``anneal`` reaches uniform (and ERE's eta reaches 1).
         importance_beta: ``None`` (no weights) or the beta of ``(N*P)^-beta / max w``.
         dedup_frames: ``"auto"`` (on for uint8 ``obs`` of shape ``(k, H, W)`` with ``next_obs``),
             ``True`` or ``False``.
+        sampling: ``"tiers"`` (the ratios above), ``"uniform"``, ``"ere"`` or ``"cer"``
+            (:mod:`rlaccel_plugins.replay.schemes`); ERE's settings by keyword: ``ere_eta``,
+            ``ere_c_min``, ``ere_updates``.
         seed: seed of the buffer's own sampling RNG.
 
     Examples:
@@ -67,16 +72,16 @@ class TieredReplay:
                  sampling_ratio: Sequence[float] = (0.7, 0.2, 0.08, 0.02), num_envs: int = 1, *,
                  ratio_schedule: str = "constant", anneal_steps: int = 1_000_000,
                  importance_beta: float | None = None, dedup_frames: bool | str = AUTO,
-                 seed: int | None = None) -> None:
+                 sampling: str = "tiers", seed: int | None = None, **scheme: Any) -> None:
         if not _sized(level_capacity):
             raise invalid("level_capacity", "be a list of positive integers", level_capacity)
         self.config = ReplayBufferConfig(levels=len(level_capacity),
                                          level_capacity=level_capacity, sampling_ratio=sampling_ratio,
                                          ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
-                                         importance_beta=importance_beta, dedup_frames=dedup_frames)
+                                         importance_beta=importance_beta, dedup_frames=dedup_frames,
+                                         sampling=sampling, **scheme)
         self.layout = TierLayout(self.config.level_capacity, num_envs)
-        self.sampler = TieredSampler(self.layout, self.config.sampling_ratio, ratio_schedule,
-                                     importance_beta, seed)
+        self.sampler = make_sampler(self.layout, self.config, seed)
         self.num_envs = self.layout.num_envs
         self.pos = 0          # next row to write
         self.full = False
@@ -99,7 +104,8 @@ class TieredReplay:
         rb = config.replay_buffer if isinstance(config, AccelConfig) else config
         return cls(rb.level_capacity, rb.sampling_ratio, num_envs, ratio_schedule=rb.ratio_schedule,
                    anneal_steps=rb.anneal_steps, importance_beta=rb.importance_beta,
-                   dedup_frames=rb.dedup_frames, seed=seed)
+                   dedup_frames=rb.dedup_frames, sampling=rb.sampling, seed=seed,
+                   **{name: getattr(rb, name) for name in SCHEME_FIELDS})
 
     # ------------------------------------------------------------------ sizes
     @property

@@ -78,14 +78,16 @@ class TieredBufferMixin:
                  level_capacity: list[int] | None = None, sampling_ratio: list[float] | None = None,
                  ratio_schedule: str | None = None, anneal_steps: int | None = None,
                  importance_beta: float | None = None, n_steps: int = 1, gamma: float = 0.99,
-                 seed: int | None = None, replay_config: ReplayBufferConfig | None = None) -> None:
+                 seed: int | None = None, replay_config: ReplayBufferConfig | None = None,
+                 sampling: str | None = None) -> None:
         if replay_config is not None:  # built by rlaccel: the caller's config, as it is
             replay = replay_config
         else:  # built by SB3 from replay_buffer_class: the ambient config (RLACCEL_PRESET, files)
             replay = resolve_replay_config(buffer_size, n_envs, preset, level_capacity=level_capacity,
                                            levels=len(level_capacity) if level_capacity is not None else None,
                                            sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule,
-                                           anneal_steps=anneal_steps, importance_beta=importance_beta)
+                                           anneal_steps=anneal_steps, importance_beta=importance_beta,
+                                           sampling=sampling)
         seed = seed_from_numpy_global_state() if seed is None else seed
         self._engine = TieredReplay.from_config(replay, num_envs=n_envs, seed=seed)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device=device, n_envs=n_envs)
@@ -309,6 +311,8 @@ class TieredReplayBuffer(TieredBufferMixin, ReplayBuffer):
         level_capacity, sampling_ratio, ratio_schedule, anneal_steps, importance_beta: tier settings;
             an explicit ``level_capacity`` sets the capacity; without it or a preset the default tier
             proportions are scaled to ``buffer_size``.
+        sampling: how a batch is drawn: ``"uniform"``, ``"tiers"``, ``"ere"`` or ``"cer"``
+            (default: the preset's, see the README's sampling section).
         n_steps, gamma: n-step returns as in SB3's ``NStepReplayBuffer`` (``n_steps=1``: off).
         seed: seed of the buffer's sampling RNG (default: derived from numpy's global RNG state,
             which SB3 seeds from the model's ``seed``, without drawing from it).

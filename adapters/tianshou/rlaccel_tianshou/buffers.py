@@ -18,7 +18,8 @@ import pandas as pd
 from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager
 
 from rlaccel_plugins.config import ReplayBufferConfig
-from rlaccel_plugins.replay import TieredSampler, TierLayout
+from rlaccel_plugins.replay import TierLayout
+from rlaccel_plugins.replay.schemes import make_sampler
 from rlaccel_plugins.replay.sizing import resolve_replay_config
 from rlaccel_tianshou.kernel_cache import cache_tianshou_kernels
 
@@ -53,8 +54,7 @@ class TieredSamplingMixin:
     """
 
     def _init_tiered(self, replay, layout: TierLayout, seed: int) -> None:
-        self.sampler = TieredSampler(layout, replay.sampling_ratio, replay.ratio_schedule, replay.importance_beta,
-                                     seed=seed)
+        self.sampler = make_sampler(layout, replay, seed=seed)
         self.anneal_steps = replay.anneal_steps
         self.added = 0
         self._unchecked: list[np.ndarray] = []
@@ -139,6 +139,7 @@ class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):
         preset, level_capacity, sampling_ratio, ratio_schedule, anneal_steps, importance_beta: tiers;
             an explicit ``level_capacity`` sets the capacity to its sum; a preset keeps ``size`` (its
             recent levels as they are, the long-term level takes the rest).
+        sampling: how a batch is drawn: ``"uniform"``, ``"tiers"``, ``"ere"`` or ``"cer"``.
         replay_config: a ready ``ReplayBufferConfig`` used as it is (what ``rlaccel train`` passes);
             the ambient configuration and the tier arguments are then not read.
 
@@ -157,11 +158,12 @@ class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):
                  preset: str | None = None, level_capacity: list[int] | None = None,
                  sampling_ratio: list[float] | None = None, ratio_schedule: str | None = None,
                  anneal_steps: int | None = None, importance_beta: float | None = None,
-                 replay_config: ReplayBufferConfig | None = None, **kwargs: Any) -> None:
+                 replay_config: ReplayBufferConfig | None = None, sampling: str | None = None,
+                 **kwargs: Any) -> None:
         replay, layout = _tier_settings(size, 1, preset, dict(
             level_capacity=level_capacity, levels=len(level_capacity) if level_capacity else None,
             sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
-            importance_beta=importance_beta), replay_config)
+            importance_beta=importance_beta, sampling=sampling), replay_config)
         super().__init__(layout.total_rows, stack_num=stack_num, ignore_obs_next=ignore_obs_next,
                          save_only_last_obs=save_only_last_obs, sample_avail=sample_avail,
                          random_seed=random_seed, **kwargs)
@@ -192,7 +194,8 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
                  level_capacity: list[int] | None = None, sampling_ratio: list[float] | None = None,
                  ratio_schedule: str | None = None, anneal_steps: int | None = None,
                  importance_beta: float | None = None, random_seed: int = 42,
-                 replay_config: ReplayBufferConfig | None = None, **kwargs: Any) -> None:
+                 replay_config: ReplayBufferConfig | None = None, sampling: str | None = None,
+                 **kwargs: Any) -> None:
         if buffer_num < 1:
             from rlaccel_plugins.errors import invalid
 
@@ -200,7 +203,7 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
         replay, layout = _tier_settings(total_size, buffer_num, preset, dict(
             level_capacity=level_capacity, levels=len(level_capacity) if level_capacity else None,
             sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
-            importance_beta=importance_beta), replay_config)
+            importance_beta=importance_beta, sampling=sampling), replay_config)
         # independent streams: Tianshou gives every sub-buffer RandomState(42)
         children = [ReplayBuffer(layout.total_rows, random_seed=random_seed + i, **kwargs) for i in range(buffer_num)]
         super().__init__(children)
