@@ -94,3 +94,9 @@ def tiers_for_capacity(replay: ReplayBufferConfig, capacity: int, num_envs: int 
     if preset is not None or os.environ.get("RLACCEL_PRESET"):
         return fit_tiers(replay, capacity, num_envs)
     return scale_tiers(replay, capacity, num_envs)
+
+
+def no_argument_if_default(preset: str) -> str | None:
+    """``None`` for the ``default`` preset: a drop-in built with it gets what a buffer built with no argument
+    gets (the default tiers scaled to its size, :func:`tiers_for_capacity`), other presets themselves."""
+    return None if preset == "default" else preset

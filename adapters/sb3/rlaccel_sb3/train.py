@@ -30,7 +30,7 @@ from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.parallel.atari import is_atari
-from rlaccel_plugins.replay.sizing import tiers_for_capacity
+from rlaccel_plugins.replay.sizing import no_argument_if_default, tiers_for_capacity
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, update_cadence
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import AccelerateCallback, SparseDenseCallback
@@ -114,7 +114,7 @@ def build(spec: TrainSpec):
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
     if spec.dropin and is_off_policy:  # the README's drop-in on the framework's own recipe: nothing else changes
         buffer_size = kwargs.get("buffer_size", inspect.signature(cls).parameters["buffer_size"].default)
-        replay = tiers_for_capacity(spec.config.replay_buffer, buffer_size, n_envs, preset=spec.config.preset)
+        replay = tiers_for_capacity(spec.config.replay_buffer, buffer_size, n_envs, preset=no_argument_if_default(spec.config.preset))
         kwargs.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(replay_config=replay))
     if not spec.stock:
         callbacks.append(AccelerateCallback(config=spec.config))
