@@ -96,15 +96,18 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (WANDB_MODE=offline works)")
     train.set_defaults(func=cmd_train)
 
-    demo = subparsers.add_parser("demo", help="stock vs rlaccel side by side on CartPole, with a plot",
-                                 description="Train stock SB3 DQN and the rlaccel-accelerated one on CartPole-v1 "
-                                             "(interleaved per seed), print time-to-475 of each and their ratio, "
-                                             "and save reward-vs-wall-clock plots.")
-    demo.add_argument("--seeds", type=int, default=1, help="seeds per variant (median reported)")
+    demo = subparsers.add_parser("demo", help="stock SB3 DQN vs the drop-in on CartPole: speed and learning, with a plot",
+                                 description="Stock SB3 DQN (RL Zoo's settings) against the drop-in on CartPole-v1: "
+                                             "the speed ratio on fixed work (interleaved segments, with a CI) and "
+                                             "the learning curves of several seeds per variant (IQM with CI bands, "
+                                             "P(drop-in > stock)), then one sentence on what to expect.")
+    demo.add_argument("--seeds", type=int, default=5, help="learning runs per variant (default 5)")
     demo.add_argument("--first-seed", type=int, default=0)
-    demo.add_argument("--steps", type=int, default=None, help="env-step cap per run (default 100,000)")
-    demo.add_argument("--preset", default=None, help="rlaccel preset (default: classic_control)")
-    demo.add_argument("--out", default="demo-results", help="directory for results.json, results.md and plots")
+    demo.add_argument("--steps", type=int, default=30_000, help="env steps per learning run (default 30,000)")
+    demo.add_argument("--workers", type=int, default=None, help="parallel learning runs (default: the usable cores)")
+    demo.add_argument("--segments", type=int, default=6, help="timed segments per variant in the speed measure")
+    demo.add_argument("--segment-steps", type=int, default=1_500, help="env steps per speed segment")
+    demo.add_argument("--out", default="demo-results", help="directory for results.md, results.json and the plot")
     demo.set_defaults(func=cmd_demo)
 
     bench = subparsers.add_parser("bench", help="stock vs rlaccel benchmark suites (results.json, table, plots)",
@@ -114,10 +117,23 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                                               "plus the SB3 DQN drop-in with the off preset and with fused_optimizer), precision, "
                                               "classic, mujoco (InvertedPendulum SAC; needs the mujoco module), "
                                               "atari (a GPU job), atari-fps.")
-    from rlaccel_plugins.bench.suites import SUITES  # light: no framework import
+    from rlaccel_plugins.bench.study import STUDIES  # light: no framework import
+    from rlaccel_plugins.bench.suites import SUITES
 
-    bench.add_argument("--suite", default="quick", help=" | ".join(SUITES))
-    bench.add_argument("--seeds", type=int, default=5, help="seeds per variant (medians reported)")
+    bench.add_argument("--suite", default="quick", help=" | ".join([*SUITES, *STUDIES, "speed"]) + (
+        ". learning / learning-quick: the learning study (fixed budgets, many seeds in parallel workers, rliable "
+        "statistics; resumable); speed: its fixed-work speed measure (variants interleaved in segments)"))
+    bench.add_argument("--seeds", type=int, default=None,
+                       help="seeds per variant (default 5; 10 for the learning study)")
+    bench.add_argument("--workers", type=int, default=None,
+                       help="learning study: parallel worker processes, one torch thread each (default: the usable cores)")
+    bench.add_argument("--resume", action="store_true",
+                       help="learning study: go on with the runs.jsonl in --out, skipping the runs already there")
+    bench.add_argument("--tasks", default=None,
+                       help="learning study / speed: a comma-separated subset of its tasks, e.g. cartpole-dqn")
+    bench.add_argument("--study", default="learning-quick", help="speed: whose tasks to measure (learning, learning-quick)")
+    bench.add_argument("--segments", type=int, default=8, help="speed: timed segments per variant")
+    bench.add_argument("--segment-steps", type=int, default=2_000, help="speed: env steps per segment")
     bench.add_argument("--first-seed", type=int, default=0)
     bench.add_argument("--frameworks", default="sb3,tianshou", help="comma-separated subset of sb3,tianshou")
     bench.add_argument("--ablate", action="store_true",
@@ -159,10 +175,29 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from rlaccel_plugins.bench.study import STUDIES
+    from rlaccel_plugins.bench.suites import SUITES
+    from rlaccel_plugins.errors import did_you_mean
+
+    known = [*SUITES, *STUDIES, "speed"]
+    if args.suite not in known:
+        raise ConfigError(f"--suite must be one of {known}, got --suite={args.suite!r}.{did_you_mean(args.suite, known)}")
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
+    if args.suite in STUDIES:
+        from rlaccel_plugins.bench.study import run_study
+
+        run_study(args.suite, seeds=args.seeds or 10, workers=args.workers, out=args.out, resume=args.resume,
+                  first_seed=args.first_seed, only=tasks, steps=args.steps)
+        return 0
+    if args.suite == "speed":
+        from rlaccel_plugins.bench.speed import run_speed
+
+        run_speed(args.study, args.out, segments=args.segments, segment_steps=args.segment_steps, only=tasks)
+        return 0
     from rlaccel_plugins.bench.runner import run_bench
 
     frameworks = tuple(f.strip() for f in args.frameworks.split(",") if f.strip())
-    run_bench(args.suite, seeds=args.seeds, frameworks=frameworks, out=args.out, ablate=args.ablate,
+    run_bench(args.suite, seeds=args.seeds or 5, frameworks=frameworks, out=args.out, ablate=args.ablate,
               first_seed=args.first_seed, steps=args.steps, preset=args.preset)
     return 0
 
@@ -245,7 +280,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rlaccel_plugins.demo import run_demo
 
-    run_demo(seeds=args.seeds, preset=args.preset, steps=args.steps, out=args.out, first_seed=args.first_seed)
+    run_demo(seeds=args.seeds, steps=args.steps, out=args.out, workers=args.workers, segments=args.segments,
+             segment_steps=args.segment_steps, first_seed=args.first_seed)
     return 0
 
 

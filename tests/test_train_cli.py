@@ -74,18 +74,20 @@ def test_train_reports_bad_overrides_clearly(capsys):
     assert "Did you mean 'batch_size'" in capsys.readouterr().err
 
 
-@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 @pytest.mark.slow
-def test_demo_writes_results_and_plot(tmp_path, capsys):
-    assert main(["demo", "--steps", "2000", "--out", str(tmp_path)]) == 0
+def test_demo_shows_speed_and_learning_apart_and_says_what_to_expect(tmp_path, capsys):
+    assert main(["demo", "--seeds", "2", "--steps", "1200", "--segments", "2", "--segment-steps", "600",
+                 "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
-    assert [row["variant"] for row in results["summary"]] == [
-        "sb3 stock (RL Zoo)", "sb3 drop-in[classic_control]", "sb3 rlaccel[classic_control]",
-        "sb3 PPO stock (RL Zoo)", "sb3 PPO drop-in[classic_control]"]
-    assert all(r["env_steps"] >= 2000 or r["seconds_to_threshold"] is not None for r in results["records"])
-    assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
+    speed = results["speed"]
+    assert set(speed) == {"stock", "drop-in, no argument"}
+    low, high = speed["drop-in, no argument"]["vs_stock"][1:]
+    assert 0 < low <= high
+    rows = results["stats"]["tasks"]["sb3 DQN CartPole-v1"]["rows"]
+    assert {name: row["runs"] for name, row in rows.items()} == {"stock": 2, "drop-in, no argument": 2}
+    assert (tmp_path / "iqm_curves.png").stat().st_size > 10_000
     out = capsys.readouterr().out
-    assert "speed-up vs yardstick" in out and "[seed 0] CartPole-v1 sb3 stock (RL Zoo):" in out
+    assert "The drop-in ran the same learning work" in out and "with 2 seeds each" in out and "Host:" in out
 
 
 def test_a_broken_display_never_breaks_training():

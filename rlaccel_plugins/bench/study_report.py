@@ -329,3 +329,9 @@ def write_report(out: str | Path, reps: int = ls.REPS) -> dict[str, Any]:
     print(text)
     print(f"written: {out / 'stats.json'}, {out / 'report.md'}" + "".join(f", {p}" for p in plots))
     return stats
+
+
+if __name__ == "__main__":  # python -m rlaccel_plugins.bench.study_report DIR
+    import sys
+
+    write_report(sys.argv[1] if len(sys.argv) > 1 else "study-results")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from rlaccel_plugins.errors import ConfigError, RlaccelWarning
 from rlaccel_plugins.updates.flops import StepFlops, measure_step_flops
 from rlaccel_plugins.updates.layers import LayerMap, discover_layers, select_dense_params
 from rlaccel_plugins.updates.schedule import SparseDenseSchedule
+
+logger = logging.getLogger("rlaccel")
 
 
 @dataclass
@@ -47,6 +50,10 @@ class SparseDenseUpdater:
         dense_layers: negative layer indices counted back from the output along the autograd graph,
             per output branch (``[-3, -2, -1]``), and/or parameter-name globs (``"head.*"``).
         measure_flops: count forward/backward FLOPs once per attach (``torch.utils.flop_counter``).
+        whole_network: what to do when ``dense_layers`` cover every trained layer of a network (nothing
+            would ever be frozen): ``"warn"`` (an ``RlaccelWarning``: you asked for something that does
+            nothing here) or ``"info"`` (one log line; what the adapters use, so a preset applied to a
+            small network does not warn). Either way every step of that network counts as full.
 
     Examples:
         >>> import torch, rlaccel_plugins as rla
@@ -63,8 +70,11 @@ class SparseDenseUpdater:
     """
 
     def __init__(self, sparse_update_interval: int = 100, dense_layers: Sequence[int | str] = (-3, -2, -1), *,
-                 measure_flops: bool = True) -> None:
+                 measure_flops: bool = True, whole_network: str = "warn") -> None:
         checked = TrainingConfig(sparse_update_interval=sparse_update_interval, dense_layers=dense_layers)
+        if whole_network not in ("warn", "info"):
+            raise ConfigError(f"whole_network must be 'warn' or 'info', got whole_network={whole_network!r}.")
+        self.whole_network = whole_network
         self.schedule = SparseDenseSchedule(checked.sparse_update_interval)
         self.dense_layers = checked.dense_layers
         self.measure_flops = measure_flops
@@ -120,9 +130,13 @@ class SparseDenseUpdater:
         frozen = [p for n, p in trainable.items() if n not in dense_names]
         dense = [p for n, p in trainable.items() if n in dense_names]
         if not frozen and self.schedule.interval > 1:  # interval 1: every update is full anyway
-            warnings.warn(f"rlaccel: dense_layers={list(self.dense_layers)} cover every trained layer of {name} "
-                          f"({layer_map.describe()}); sparse/dense updates save nothing on this network.",
-                          RlaccelWarning, stacklevel=2)
+            message = (f"rlaccel: dense_layers={list(self.dense_layers)} cover every trained layer of {name} "
+                       f"({layer_map.describe()}); sparse/dense updates save nothing on this network, so every "
+                       "update of it is full.")
+            if self.whole_network == "warn":
+                warnings.warn(message, RlaccelWarning, stacklevel=2)
+            else:
+                logger.info(message)
         flops = measure_step_flops(module, example_input, forward_fn, frozen) if self.measure_flops else None
         att = Attachment(name=name, module=module, optimizer=optimizer, layer_map=layer_map, frozen=frozen,
                          dense=dense, flops=flops)
@@ -143,7 +157,7 @@ class SparseDenseUpdater:
 
     # ------------------------------------------------------------------ the switch
     def _after_step(self, att: Attachment) -> None:
-        if self.schedule.is_full(att.steps):
+        if not att.frozen or self.schedule.is_full(att.steps):  # nothing frozen: every step trains it all
             att.full_updates += 1
         else:
             att.dense_updates += 1
@@ -159,7 +173,8 @@ class SparseDenseUpdater:
 
     def next_step_is_full(self, att: Attachment | None = None) -> bool:
         """Whether the next optimizer step of ``att`` (default: the first attachment) is full."""
-        return self.schedule.is_full((att or self.attachments[0]).steps)
+        att = att or self.attachments[0]
+        return not att.frozen or self.schedule.is_full(att.steps)
 
     # ------------------------------------------------------------------ counters and state
     @property

@@ -83,7 +83,7 @@ class SparseDenseCallback(BaseCallback):
         for net in networks if self.guard is not None else ():
             self.guard.attach(net.optimizer)
         if self.sparse:
-            self.updater = SparseDenseUpdater.from_config(self.config)
+            self.updater = SparseDenseUpdater.from_config(self.config, whole_network="info")
             if self._saved_state is not None:
                 self.updater.load_state_dict(self._saved_state)
             self.networks = []

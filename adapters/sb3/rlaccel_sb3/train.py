@@ -263,6 +263,14 @@ class Sb3Training:
                        replay_bytes_per_transition=replay_bytes_per_transition(model),
                        checkpoint=str(last.path) if last is not None else None)
 
+    def learn_more(self, steps: int) -> tuple[int, int]:
+        """Train ``steps`` more env steps with the run's own callbacks and no evaluation (the study's speed
+        measure learns in segments); ``(env steps, gradient steps)`` so far."""
+        if steps:
+            self.model.learn(steps, callback=CallbackList(list(self.callbacks)),
+                             reset_num_timesteps=self.model.num_timesteps == 0)
+        return self.model.num_timesteps, gradient_steps(self.model)
+
     def save(self, out: Path) -> Path:
         self.model.save(out / "model.zip")
         return out / "model.zip"

@@ -67,7 +67,7 @@ class _SparseDenseMixin:
 
     def _init_sparse_dense(self, config: AccelConfig, sparse: bool) -> None:
         self.rlaccel_config = config
-        self.updater = SparseDenseUpdater.from_config(config) if sparse else None
+        self.updater = SparseDenseUpdater.from_config(config, whole_network="info") if sparse else None
         device = next(self.wrapped_algorithm.parameters()).device
         self.guard = GradientGuard.from_config(config, str(device))
         self.lr_schedulers = self.wrapped_algorithm.lr_schedulers  # shared: stepped once per update
