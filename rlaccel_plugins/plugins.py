@@ -38,6 +38,9 @@ class AdapterSpec:
             ``TrainSpec``, for ``rlaccel train`` (optional; the core's template runs it).
         export: ``"module:function"`` implementing ``export(model_path, onnx_path) -> dict`` for
             ``rlaccel export`` (optional).
+        verified: ``"module:attribute"`` naming the adapter's
+            :class:`~rlaccel_plugins.fused.fingerprints.VerifiedCode`: the framework methods its fused and
+            lean paths replace or mirror, and the record of the code they were verified against (optional).
     """
 
     name: str
@@ -47,6 +50,7 @@ class AdapterSpec:
     install_hint: str = ""
     train: str | None = None
     export: str | None = None
+    verified: str | None = None
     unavailable_reason: str | None = field(default=None, init=False)
 
     @property
@@ -54,7 +58,8 @@ class AdapterSpec:
         return self.unavailable_reason is None
 
     def load(self, entry: str = "accelerate") -> Callable[..., Any]:
-        """Import the adapter function named by ``entry`` (``"accelerate"``, ``"train"`` or ``"export"``)."""
+        """Import the adapter object named by ``entry`` (``"accelerate"``, ``"train"``, ``"export"`` or
+        ``"verified"``)."""
         if not self.available:
             raise ConfigError(f"framework {self.name!r} must be installed to use it, got {self.unavailable_reason}. "
                               f"{self.install_hint}".rstrip())

@@ -296,19 +296,24 @@ class AccelerateCallback(SparseDenseCallback):
         from rlaccel_plugins.fused.selection import select_fused
         from rlaccel_sb3.collection import SUPPORTED, lean_policy_forward_for
         from rlaccel_sb3.rollouts import lean_off_policy_methods
+        from rlaccel_sb3.verified import CODE
 
         # off-policy, the lean action decides (the rest of the loop follows it where SB3's own runs)
         on_policy = self._collection_owner() is not self.model
         methods = {"forward": lean_policy_forward_for(self.model)} if on_policy else lean_off_policy_methods(self.model)
-        lean = select_fused(self.config.training.fused_collection, methods.get("forward" if on_policy else "_sample_action"),
-                            algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED,
-                            key="fused_collection", what="collection")
+        lean = methods.get("forward" if on_policy else "_sample_action")
+        lean = select_fused(self.config.training.fused_collection, lean, algorithm=type(self.model).__name__,
+                            framework="SB3", supported=SUPPORTED, key="fused_collection", what="collection",
+                            unverified=CODE.unverified("collection:on_policy" if on_policy else "collection:off_policy")
+                            if lean is not None else None)
         return methods if lean is not None else {}
 
     def _fused_train(self):
         from rlaccel_plugins.fused.selection import select_fused
         from rlaccel_sb3.fused import SUPPORTED, fused_train_for
+        from rlaccel_sb3.verified import CODE, train_key
 
         fused = fused_train_for(self.model, guard=self.guard, fused_optimizer=self.config.training.fused_optimizer)
         return select_fused(self.config.training.fused_updates, fused,
-                            algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED)
+                            algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED,
+                            unverified=CODE.unverified(train_key(self.model)) if fused is not None else None)

@@ -16,7 +16,7 @@ def rlaccel_register_adapters(registry: Any) -> None:
         name="sb3", framework="stable_baselines3",
         supports="Stable-Baselines3 / sb3-contrib models (BaseAlgorithm)",
         accelerate="rlaccel_sb3.acceleration:accelerate", train="rlaccel_sb3.train:Sb3Training",
-        export="rlaccel_sb3.export:export",
+        export="rlaccel_sb3.export:export", verified="rlaccel_sb3.verified:CODE",
         install_hint='Install it with: pip install "rlaccel-plugins[sb3]"'))
 
 

@@ -41,6 +41,16 @@ from rlaccel_tianshou import step_write
 log = logging.getLogger("tianshou.data.collector")
 
 
+def verified_collector() -> bool:
+    """Whether Tianshou's collector code is what ``LeanCollector`` was verified against; where it is not,
+    ``LeanCollector`` collects with Tianshou's own code (one warning says why)."""
+    from rlaccel_plugins.fused.selection import select_fused
+    from rlaccel_tianshou.verified import CODE
+
+    return select_fused("auto", True, algorithm="Collector", framework="Tianshou", supported=["Collector"],
+                        key="LeanCollector", what="collection", unverified=CODE.unverified("collector")) is not None
+
+
 class LeanCollector(Collector):
     """Drop-in for ``tianshou.data.Collector`` (same arguments) that collects exactly what it collects: the
     loop lean where :attr:`lean_loop`, the action step too where :attr:`lean`.
@@ -71,7 +81,7 @@ class LeanCollector(Collector):
         from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
         from tianshou.utils.net.common import Net
 
-        return type(self.policy) is DiscreteQLearningPolicy and type(self.policy.model) is Net
+        return type(self.policy) is DiscreteQLearningPolicy and type(self.policy.model) is Net and verified_collector()
 
     def _q_network(self) -> Any:
         """The Q-network's forward on an observation array: the fused updates' flat ``Net`` (the same ops
@@ -116,7 +126,7 @@ class LeanCollector(Collector):
         a buffer :func:`~rlaccel_tianshou.step_write.add_step` writes, and no subclass override of the
         methods the loop calls."""
         cls = type(self)
-        return (self._on_step_hook is None and self._on_episode_done_hook is None
+        return (verified_collector() and self._on_step_hook is None and self._on_episode_done_hook is None
                 and self.collect_stats_class is CollectStats and step_write.supports(self.buffer)
                 and cls.run_on_step_hook is Collector.run_on_step_hook
                 and cls.run_on_episode_done is Collector.run_on_episode_done
@@ -127,7 +137,11 @@ class LeanCollector(Collector):
                 render: float | None = None, reset_before_collect: bool = False,
                 gym_reset_kwargs: dict[str, Any] | None = None) -> CollectStats:
         """Tianshou's ``BaseCollector.collect``, line for line, with its ``torch_train_mode(policy, False)``
-        done flat where no module of the policy overrides ``train`` or ``__setattr__`` (:func:`_eval_mode`)."""
+        done flat where no module of the policy overrides ``train`` or ``__setattr__`` (:func:`_eval_mode`);
+        Tianshou's own where its installed code is not the code this was verified against."""
+        if not verified_collector():
+            return super().collect(n_step=n_step, n_episode=n_episode, random=random, render=render,
+                                   reset_before_collect=reset_before_collect, gym_reset_kwargs=gym_reset_kwargs)
         self._validate_n_step_n_episode(n_episode, n_step)
         if reset_before_collect:
             self.reset(reset_buffer=False, gym_reset_kwargs=gym_reset_kwargs)

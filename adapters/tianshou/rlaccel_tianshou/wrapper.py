@@ -250,6 +250,7 @@ def _fused_update(algorithm, config: AccelConfig):
     from rlaccel_plugins.fused.selection import select_fused
     from rlaccel_plugins.updates.precision import resolve_dtype
     from rlaccel_tianshou.fused import SUPPORTED, first_parameter, fused_update_for
+    from rlaccel_tianshou.verified import CODE, update_key
 
     setting, fused = config.training.fused_updates, fused_update_for(algorithm)
     dtype = config.precision.dtype
@@ -262,7 +263,8 @@ def _fused_update(algorithm, config: AccelConfig):
                                           "Tianshou's own update runs under autocast", dtype)
         return None
     return select_fused(setting, fused, algorithm=type(algorithm).__name__, framework="Tianshou",
-                        supported=SUPPORTED)
+                        supported=SUPPORTED,
+                        unverified=CODE.unverified(update_key(algorithm)) if fused is not None else None)
 
 
 def _config(config: AccelConfig | None, preset: str | None, interval: int | None, dense_layers) -> AccelConfig:
