@@ -9,16 +9,32 @@ PREFIX = "rlaccel/"
 
 
 class FpsMeter:
-    """Env steps per second between successive readings (the first reading counts from creation)."""
+    """Env steps per second between successive readings (the first reading counts from creation).
+
+    A reading at the step count of the previous one (e.g. at the end of training, right after the last
+    rollout's) has no new steps to measure: it gives the previous rate again (None before any), and the
+    window goes on from the previous reading, so a rate is never an artefact of when it was read.
+
+    Examples:
+        >>> meter = FpsMeter()
+        >>> meter.read(0) is None
+        True
+        >>> rate = meter.read(100)
+        >>> meter.read(100) == rate
+        True
+    """
 
     def __init__(self, steps: int = 0) -> None:
         self._steps, self._time = steps, time.perf_counter()
+        self._last: float | None = None
 
-    def read(self, steps: int) -> float:
+    def read(self, steps: int) -> float | None:
+        if steps == self._steps:
+            return self._last
         now = time.perf_counter()
-        fps = (steps - self._steps) / max(now - self._time, 1e-9)
+        self._last = (steps - self._steps) / max(now - self._time, 1e-9)
         self._steps, self._time = steps, now
-        return fps
+        return self._last
 
 
 def collect_metrics(updater: Any = None, replay: Any = None, fps: float | None = None,

@@ -207,6 +207,13 @@ def test_callback_logs_rlaccel_metrics(tmp_path):
     for key in ("rlaccel/full_updates", "rlaccel/dense_updates", "rlaccel/backward_flops_saved",
                 "rlaccel/level_fill/L0", "rlaccel/level_samples/L1", "rlaccel/fps"):
         assert key in header, key
+    # a second learn() whose last rollout is logged (every 100 env steps): the end of learn() reads the meter
+    # again at that rollout's step count, and the rate stays a rate, never 0.0
+    config = rla.load_config(sparse_update_interval=4, dense_layers=[-1], log_interval=100)
+    model.learn(200, callback=SparseDenseCallback(config=config), reset_num_timesteps=False)
+    assert model.logger.name_to_value["rlaccel/fps"] > 0
+    rows = [dict(zip(header, line.split(","))) for line in (tmp_path / "progress.csv").read_text().splitlines()[1:]]
+    assert all(float(row["rlaccel/fps"]) > 0 for row in rows if row["rlaccel/fps"])
 
 
 def test_importance_weights_scale_the_loss_exactly():
