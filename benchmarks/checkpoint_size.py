@@ -10,7 +10,7 @@ Atari recipes use:
   (RL Zoo's Atari DQN: ``buffer_size=100_000``, ``optimize_memory_usage=False``) — what ``--stock`` saves;
 - Tianshou: ``VectorReplayBuffer(100_000, 8, stack_num=4, ignore_obs_next=True,
   save_only_last_obs=True)`` as Tianshou's Atari example builds it, and the drop-in
-  ``TieredVectorReplayBuffer`` with the same options (it keeps Tianshou's storage and pickling).
+  ``TieredVectorReplayBuffer`` with the same options (Tianshou's storage, pickled as what is stored).
 
 Usage:
     python benchmarks/checkpoint_size.py [--steps 2048]

@@ -106,6 +106,50 @@ def test_vector_buffer_pickle_and_hdf5_keep_sub_buffers_linked(tmp_path):
         assert restored.sampler.layout.level_capacity.tolist() == [8, 32]
 
 
+def _stored_bytes(buf) -> int:
+    """Bytes of the rows that hold data (each leaf's bytes per row times the rows written)."""
+    def leaves(batch):
+        for value in batch.values():
+            yield from leaves(value) if isinstance(value, Batch) else [value]
+
+    return sum(leaf.nbytes // len(leaf) for leaf in leaves(buf._meta)) * len(buf)
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_buffers_pickle_what_is_stored_and_load_back_bit_exact(wrapped):
+    frames = np.random.default_rng(0)
+    single = TieredReplayBuffer(6_000, preset="classic_control")
+    vector = TieredVectorReplayBuffer(6_000, 4, preset="classic_control", stack_num=4, save_only_last_obs=True,
+                                      ignore_obs_next=True)
+    steps = 1_600 if wrapped else 300  # 1,500 rows per stream in the vector buffer: 1,600 wraps it
+    for i in range(steps):
+        obs = frames.integers(0, 256, (4, 4, 84, 84), dtype=np.uint8)
+        step = Batch(obs=obs, act=frames.integers(0, 6, 4), rew=frames.random(4).astype(np.float32),
+                     terminated=frames.random(4) < 0.02, truncated=np.zeros(4, bool), obs_next=obs, info=Batch())
+        if i % 3 == 0 and not wrapped:  # stream 3 falls behind: the streams' fills differ
+            vector.add(step[:3], buffer_ids=[0, 1, 2])
+        else:
+            vector.add(step)
+        single.add(transition(i, obs_shape=(16,)))
+    for buf in (single, vector):
+        data = pickle.dumps(buf)
+        if not wrapped:  # what it holds, not its preallocated capacity (the 4 streams have unequal fills)
+            assert len(data) <= 2 * _stored_bytes(buf) + 100_000, (len(data), _stored_bytes(buf))
+        back = pickle.loads(data)
+        for key in buf._meta.get_keys():
+            if key != "info":
+                assert np.array_equal(getattr(back._meta, key), getattr(buf._meta, key)), key
+        assert back.sampler.state_dict()["rng"] == buf.sampler.state_dict()["rng"]
+        assert np.array_equal(back.sample_indices(64), buf.sample_indices(64))
+    # it goes on storing identically
+    step = Batch(obs=np.ones((4, 4, 84, 84), np.uint8), act=np.zeros(4, int), rew=np.zeros(4, np.float32),
+                 terminated=np.ones(4, bool), truncated=np.zeros(4, bool), obs_next=np.ones((4, 4, 84, 84), np.uint8),
+                 info=Batch())
+    restored = pickle.loads(pickle.dumps(vector))
+    assert np.array_equal(restored.add(step)[0], vector.add(step)[0])
+    assert np.array_equal(restored.obs, vector.obs) and restored.buffers[2].done.sum() == vector.buffers[2].done.sum()
+
+
 def _hdf5_round_trip(buf, tmp_path):
     path = tmp_path / "buffer.hdf5"
     buf.save_hdf5(str(path))

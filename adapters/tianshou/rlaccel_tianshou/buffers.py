@@ -2,7 +2,8 @@
 
 Tianshou keeps its own storage (so ``stack_num``, ``save_only_last_obs``, ``ignore_obs_next``,
 n-step ``prev``/``next``, ``save_hdf5``/``load_hdf5`` all work as before); the core engine's
-sampler chooses the indices. Two Tianshou 2.0.1 defects are fixed here rather than inherited:
+sampler chooses the indices. A pickle holds what is stored: the written rows of each stream that has
+not wrapped, the rest rebuilt as Tianshou allocates it on load. Two Tianshou 2.0.1 defects are fixed here rather than inherited:
 ``hasnull()`` (called by the trainer on every training step) checks only what was written since
 the previous call instead of materialising the whole buffer, and the vector buffer's sub-buffers
 get independent random streams and stay linked to the shared storage after unpickling.
@@ -108,8 +109,45 @@ class TieredSamplingMixin:
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        # pickled as it loads: the NaN bookkeeping restarts (a loaded buffer checks all its rows once)
-        return {**self.__dict__, "_unchecked": [], "_check_everything": True}
+        # pickled as it loads: the NaN bookkeeping restarts (a loaded buffer checks all its rows once); the
+        # storage as what is stored: the rows written so far of each stream that has not wrapped yet
+        state = {**self.__dict__, "_unchecked": [], "_check_everything": True}
+        rows = self._written_rows()
+        if rows is not None and self._meta.get_keys():
+            state["_meta"] = _map_leaves(self._meta, lambda leaf: leaf[rows])
+            state["_written"] = (rows, self.maxsize)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        written = state.pop("_written", None)
+        if written is not None:
+            rows, length = written
+            state["_meta"] = _map_leaves(state["_meta"], lambda leaf: _spread(leaf, rows, length))
+        super().__setstate__(state)
+
+    def _written_rows(self) -> np.ndarray | None:
+        """Storage rows that hold data (None: every row), from each stream's fill."""
+        sizes, _ = self._stream_state()
+        starts = self._stream_starts()
+        if (sizes == self._stream_capacity()).all():
+            return None
+        return np.concatenate([start + np.arange(size) for start, size in zip(starts, sizes)]).astype(np.int64)
+
+
+def _map_leaves(batch: Batch, fn) -> Batch:
+    """A ``Batch`` with ``fn`` applied to every array leaf (nested batches kept as batches)."""
+    out = Batch()
+    for key, value in batch.items():
+        out[key] = _map_leaves(value, fn) if isinstance(value, Batch) else fn(value)
+    return out
+
+
+def _spread(rows_data: np.ndarray, rows: np.ndarray, length: int) -> np.ndarray:
+    """The whole storage array back from its written rows: the other rows as Tianshou allocates them
+    (``None`` for object arrays, 0 otherwise)."""
+    full = np.full((length, *rows_data.shape[1:]), None if rows_data.dtype == object else 0, dtype=rows_data.dtype)
+    full[rows] = rows_data
+    return full
 
 
 def _rows_hold_null(batch: Batch, rows: np.ndarray) -> bool | None:
@@ -172,6 +210,12 @@ class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):
     def _stream_state(self) -> tuple[np.ndarray, np.ndarray]:
         return np.array([self._size]), np.array([self._insertion_idx])
 
+    def _stream_starts(self) -> np.ndarray:
+        return np.zeros(1, dtype=np.int64)
+
+    def _stream_capacity(self) -> np.ndarray:
+        return np.array([self.maxsize])
+
     def _global_index(self, streams: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return rows
 
@@ -205,7 +249,7 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
             sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
             importance_beta=importance_beta, sampling=sampling), replay_config)
         # independent streams: Tianshou gives every sub-buffer RandomState(42)
-        children = [ReplayBuffer(layout.total_rows, random_seed=random_seed + i, **kwargs) for i in range(buffer_num)]
+        children = [_LinkedBuffer(layout.total_rows, random_seed=random_seed + i, **kwargs) for i in range(buffer_num)]
         super().__init__(children)
         self._init_tiered(replay, layout, random_seed)
 
@@ -213,6 +257,12 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
         sizes = np.array([len(b) for b in self.buffers])
         positions = np.array([b._insertion_idx for b in self.buffers])
         return sizes, positions
+
+    def _stream_starts(self) -> np.ndarray:
+        return np.asarray(self._offset, dtype=np.int64)
+
+    def _stream_capacity(self) -> np.ndarray:
+        return np.array([b.maxsize for b in self.buffers])
 
     def _global_index(self, streams: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return self._offset[streams] + rows
@@ -223,3 +273,11 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
             self._set_batch_for_children()
 
 
+
+
+class _LinkedBuffer(ReplayBuffer):
+    """A sub-buffer of :class:`TieredVectorReplayBuffer`: its storage is a view of the manager's, so it
+    pickles without it (the manager re-links it on load) instead of as a second copy."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_meta": Batch()}
