@@ -244,7 +244,7 @@ class ConvQ(torch.nn.Module):
         return self.net(torch.as_tensor(obs, dtype=torch.float32) / 255.0), state
 
 
-def _tianshou_run(channels_last: bool, buffer):
+def _tianshou_run(channels_last: bool, buffer, nudge: bool = False):
     import copy
 
     from rlaccel_tianshou import SparseDenseWrapper
@@ -257,6 +257,10 @@ def _tianshou_run(channels_last: bool, buffer):
 
     torch.manual_seed(0)
     policy = DiscreteQLearningPolicy(model=ConvQ(), action_space=Frames.action_space)
+    if nudge:  # every weight one float step up: a rounding-sized difference at the start
+        with torch.no_grad():
+            for weight in policy.parameters():
+                weight.copy_(torch.nextafter(weight, torch.full_like(weight, float("inf"))))
     algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, target_update_freq=20)
     wrapper = SparseDenseWrapper(algorithm, config=load_config(preset="classic_control", channels_last=channels_last))
     buffer, formats = copy.deepcopy(buffer), []
@@ -283,12 +287,39 @@ def test_the_tianshou_wrapper_trains_in_channels_last_until_detach_within_its_to
     Collector(filler, envs, buffer).collect(n_step=600, random=True, reset_before_collect=True)
 
     _, contiguous, _ = _tianshou_run(False, buffer)
+    _, nudged, _ = _tianshou_run(False, buffer, nudge=True)
     wrapper, channels_last, formats = _tianshou_run(True, buffer)
     assert len(formats) == 100 and all(formats)  # every update ran with the weights in channels-last
     assert all(w.is_contiguous() for w in _conv_weights(wrapper.wrapped_algorithm))  # detach() put them back
     assert _channels_last_hooks(wrapper.wrapped_algorithm) == 0
     assert differences(contiguous, channels_last)  # the channels-last kernels ran
-    assert differences(contiguous, channels_last, **CHANNELS_LAST_TOLERANCE) == []
+    # The tolerance is derived on this CPU, not fixed: summing in another order is a rounding-sized change at
+    # every step, and 100 updates grow such a change as they grow any other. So each tensor may be as far from
+    # the contiguous run as a run whose weights started one float step away is (measured: 0.03-1.7x of it),
+    # with a factor of 10 for the two growing differently; a change to the math is orders beyond that.
+    rounding, gaps = _max_gaps(contiguous, nudged), _max_gaps(contiguous, channels_last)
+    assert any(rounding.values())
+    beyond = {name: (gaps[name], rounding[name]) for name in gaps
+              if gaps[name] > 10 * rounding[name] + torch.finfo(torch.float32).eps * _largest(contiguous, name)}
+    assert not beyond, f"beyond 10x the rounding-sized spread (channels-last gap, spread): {beyond}"
+
+
+def _flat(state, prefix=""):
+    if isinstance(state, dict):
+        for key, value in state.items():
+            yield from _flat(value, f"{prefix}/{key}")
+    elif torch.is_tensor(state):
+        yield prefix, state.detach().double()
+
+
+def _max_gaps(a, b) -> dict[str, float]:
+    """The largest elementwise |a - b| of every tensor in two (nested) state dicts."""
+    right = dict(_flat(b))
+    return {name: (value - right[name]).abs().max().item() for name, value in _flat(a)}
+
+
+def _largest(state, name: str) -> float:
+    return dict(_flat(state))[name].abs().max().item()
 
 
 def test_a_deep_copy_of_a_channels_last_wrapper_detaches_its_own_layers_only():
