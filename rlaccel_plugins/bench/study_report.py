@@ -29,6 +29,7 @@ from rlaccel_plugins.bench.study import (
 )
 
 RANDOM_FILE = "random_returns.json"
+MIN_RUNS = 5  # below this a bootstrap CI's width says little about how many runs a decision needs
 # the comparisons that matter: every drop-in against stock; every non-uniform scheme against uniform
 PAIRS = [(v, STOCK) for v in (UNIFORM, TIERS, NO_ARGUMENT, ERE, CER, ANNEAL)] + \
         [(v, UNIFORM) for v in (TIERS, NO_ARGUMENT, ERE, CER, ANNEAL)]
@@ -225,8 +226,9 @@ def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
         for pair, value in task["pairs"].items():
             _, low, high = value["poi"]
             need = value["seeds_needed"]
-            lines.append(f"| {pair}: {_ci(value['poi'])} | {value['runs'][0]} | {high - low:.2f} | "
-                         f"{_count(need['observed'])} / {_count(need['effect'])} |")
+            needed = f"{_count(need['observed'])} / {_count(need['effect'])}" if min(value["runs"]) >= MIN_RUNS \
+                else "too few runs to say"
+            lines.append(f"| {pair}: {_ci(value['poi'])} | {value['runs'][0]} | {high - low:.2f} | {needed} |")
         lines.append("")
     aggregate = stats.get("aggregate") or {}
     if aggregate:
