@@ -35,6 +35,9 @@ RATIO_SCHEDULES = ("constant", "anneal")
 # per-level ratios, ERE (Wang & Ross 2019) or CER (Zhang & Sutton 2017); replay/schemes.py
 SAMPLING_SCHEMES = ("uniform", "tiers", "ere", "cer")
 RATIO_TOLERANCE = 1e-6
+# settings that only the tiers' sampling reads: values that set one of them (and not ``sampling``) set
+# ``sampling: tiers`` too, so ratios a user writes are never silently unused
+TIER_SETTINGS = frozenset({"sampling_ratio", "ratio_schedule", "importance_beta"})
 
 
 # --------------------------------------------------------------------------- value checks
@@ -319,6 +322,8 @@ class AccelConfig:
         tiers = updates.get("replay_buffer", {})
         if "levels" not in tiers and isinstance(tiers.get("level_capacity"), (list, tuple)):
             current["replay_buffer"]["levels"] = len(tiers["level_capacity"])  # levels follows the capacities
+        if "sampling" not in tiers and TIER_SETTINGS & tiers.keys():
+            current["replay_buffer"]["sampling"] = "tiers"  # ratios given are ratios meant to be used
         return _build(current)
 
     def diff(self, other: AccelConfig) -> dict[str, tuple[Any, Any]]:

@@ -112,3 +112,12 @@ def test_make_sampler_follows_the_config_and_bad_values_are_refused_clearly():
         rla.load_config(ere_eta=1.5)
     with pytest.raises(ConfigError, match="ere_updates must be >= 1"):
         rla.load_config(ere_updates=0)
+
+
+def test_ratios_a_user_sets_are_used_whatever_sampling_the_preset_has():
+    uniform = rla.load_config(sampling="uniform")
+    assert uniform.merged({"sampling_ratio": [0.4, 0.3, 0.2, 0.1]}).replay_buffer.sampling == "tiers"
+    assert uniform.merged({"ratio_schedule": "anneal"}).replay_buffer.sampling == "tiers"
+    assert uniform.merged({"batch_size": 64}).replay_buffer.sampling == "uniform"
+    assert uniform.merged({"sampling_ratio": [0.4, 0.3, 0.2, 0.1], "sampling": "cer"}).replay_buffer.sampling == "cer"
+    assert rla.load_config(uniform.to_dict()).replay_buffer.sampling == "uniform"  # a whole saved config: as saved
