@@ -15,7 +15,8 @@ equivalence tests, then re-record::
 
     python -m rlaccel_plugins.fused.fingerprints --update
 
-(``--check`` prints what differs; CI's test does the same and fails until the record is updated.)
+(without ``--update`` it prints what differs; CI's test does the same and fails until the record is
+updated.)
 """
 
 from __future__ import annotations
