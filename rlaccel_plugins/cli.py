@@ -185,9 +185,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     if args.suite in STUDIES:
         from rlaccel_plugins.bench.study import run_study
+        from rlaccel_plugins.bench.study_report import write_report
 
         run_study(args.suite, seeds=args.seeds or 10, workers=args.workers, out=args.out, resume=args.resume,
                   first_seed=args.first_seed, only=tasks, steps=args.steps)
+        write_report(args.out)
         return 0
     if args.suite == "speed":
         from rlaccel_plugins.bench.speed import run_speed

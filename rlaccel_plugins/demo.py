@@ -65,7 +65,7 @@ def run_demo(seeds: int = 5, steps: int = 30_000, out: str = "demo-results", wor
     print(f"    the drop-in: {ratio[0]:.2f}x stock's env steps/s [95% CI {ratio[1]:.2f}-{ratio[2]:.2f}]", flush=True)
     print(f"2/2 learning: {seeds} seeds x 2 variants, {steps:,} env steps each, in parallel workers", flush=True)
     records = run_study("learning-quick", seeds=seeds, workers=workers, out=out_dir, first_seed=first_seed,
-                        only=["cartpole-dqn"], variants=[STOCK, NO_ARGUMENT], steps=steps, report=False)
+                        only=["cartpole-dqn"], variants=[STOCK, NO_ARGUMENT], steps=steps)
     meter.probe(raw_env_steps_per_s(task.env_id, seconds=1.0)["env_steps_per_s"])
     stats = analyse(records, _random_returns(out_dir, {task.env_id}), {task.key: speed}, reps=2_000)
     poi = stats["tasks"][task.key]["pairs"][f"{NO_ARGUMENT} > {STOCK}"]["poi"]

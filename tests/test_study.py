@@ -80,8 +80,7 @@ def test_resume_skips_finished_runs_and_a_crashed_worker_loses_only_its_own_run(
     marker = tmp_path / "crash-once"
     marker.write_text("")
     monkeypatch.setenv("RLACCEL_TEST_CRASH", str(marker))
-    kwargs = dict(out=out, workers=2, only=["cartpole-dqn"], variants=[STOCK, UNIFORM], target=fake_run,
-                  report=False)
+    kwargs = dict(out=out, workers=2, only=["cartpole-dqn"], variants=[STOCK, UNIFORM], target=fake_run)
     run_study("learning-quick", seeds=2, **kwargs)
     records = read_runs(out / "runs.jsonl")
     failed = [r for r in records if r["status"] == "failed"]

@@ -229,9 +229,10 @@ def plan(tasks: tuple[StudyTask, ...], seeds: int, first_seed: int = 0,
 
 def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str | Path = "study-results",
               resume: bool = False, first_seed: int = 0, only: Iterable[str] | None = None,
-              variants: Iterable[str] | None = None, steps: int | None = None, target: Callable = learning_run,
-              report: bool = True) -> list[dict[str, Any]]:
-    """`rlaccel bench --suite learning[-quick]`: run the study's missing runs, then write its report.
+              variants: Iterable[str] | None = None, steps: int | None = None,
+              target: Callable = learning_run) -> list[dict[str, Any]]:
+    """`rlaccel bench --suite learning[-quick]`: run the study's missing runs (the report is
+    :func:`rlaccel_plugins.bench.study_report.write_report`'s).
 
     Returns every ok record of ``out/runs.jsonl`` (those of earlier sessions included).
     """
@@ -283,8 +284,4 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
         "command": f"rlaccel bench --suite {name} --seeds {seeds} --workers {workers} --out {out}"
                    + (f" --steps {steps}" if steps else "") + (" --resume" if resume else ""),
         "updated": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
-    if report:
-        from rlaccel_plugins.bench.study_report import write_report
-
-        write_report(out)
     return records

@@ -249,7 +249,7 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
             sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
             importance_beta=importance_beta, sampling=sampling), replay_config)
         # independent streams: Tianshou gives every sub-buffer RandomState(42)
-        children = [_LinkedBuffer(layout.total_rows, random_seed=random_seed + i, **kwargs) for i in range(buffer_num)]
+        children = [LinkedSubBuffer(layout.total_rows, random_seed=random_seed + i, **kwargs) for i in range(buffer_num)]
         super().__init__(children)
         self._init_tiered(replay, layout, random_seed)
 
@@ -275,7 +275,7 @@ class TieredVectorReplayBuffer(TieredSamplingMixin, ReplayBufferManager):
 
 
 
-class _LinkedBuffer(ReplayBuffer):
+class LinkedSubBuffer(ReplayBuffer):
     """A sub-buffer of :class:`TieredVectorReplayBuffer`: its storage is a view of the manager's, so it
     pickles without it (the manager re-links it on load) instead of as a second copy."""
 

@@ -15,9 +15,10 @@ import numpy as np
 from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager, VectorReplayBuffer
 from tianshou.data.buffer.buffer_base import MalformedBufferError
 
-from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
+from rlaccel_tianshou.buffers import LinkedSubBuffer, TieredVectorReplayBuffer
 
 _MANAGERS = (ReplayBufferManager, VectorReplayBuffer, TieredVectorReplayBuffer)
+_SUB_BUFFERS = (ReplayBuffer, LinkedSubBuffer)  # plain storage: a sub-buffer of the tiered one only pickles apart
 _NUMERIC = frozenset("biufc")  # what Batch stores as an array as it is (np.bool_ and np.number)
 _SCALARS = frozenset({bool, int, float, np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
                       np.uint32, np.uint64, np.float16, np.float32, np.float64})
@@ -33,7 +34,7 @@ def supports(buffer: ReplayBuffer) -> bool:
         (True, False)
     """
     return (type(buffer) in _MANAGERS and not buffer._save_only_last_obs
-            and all(type(sub) is ReplayBuffer for sub in buffer.buffers))
+            and all(type(sub) in _SUB_BUFFERS for sub in buffer.buffers))
 
 
 def _fits(value: object, column: object, rows: int) -> bool:
