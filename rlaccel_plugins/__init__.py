@@ -1,6 +1,6 @@
 """rlaccel: make existing Stable-Baselines3 and Tianshou agents train faster.
 
-The public names (DESIGN.md §2) load lazily, so ``import rlaccel_plugins`` stays light: it imports
+The public names load lazily, so ``import rlaccel_plugins`` stays light: it imports
 neither torch, SB3, Tianshou nor envpool until a name that needs them is used.
 
 Examples:

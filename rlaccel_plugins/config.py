@@ -1,6 +1,6 @@
 """`AccelConfig`: the article's YAML as a validated, immutable object, and its loaders.
 
-The layout mirrors SEED.md so a user can paste the article's block::
+The layout mirrors the article's YAML so a user can paste its block::
 
     replay_buffer:
       levels: 4
@@ -91,7 +91,7 @@ def _sequence(name: str, value: Any) -> tuple:
 # --------------------------------------------------------------------------- sections
 @dataclass(frozen=True)
 class ReplayBufferConfig:
-    """``replay_buffer:`` — tiered replay (SEED.md §1.1, DESIGN.md §4)."""
+    """``replay_buffer:`` — tiered replay."""
 
     levels: int = 4
     level_capacity: tuple[int, ...] = (1000, 5000, 20000, 100000)
@@ -152,7 +152,7 @@ class ReplayBufferConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """``training:`` — update and collection settings (SEED.md §1.2, §1.3, §2)."""
+    """``training:`` — update and collection settings."""
 
     batch_size: int = 512
     sparse_update_interval: int = 100
@@ -213,7 +213,7 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class MonitoringConfig:
-    """``monitoring:`` — live fps, reward and update counts (SEED.md §3)."""
+    """``monitoring:`` — live fps, reward and update counts."""
 
     log_interval: int = 1000
     progress_bar: bool = True
@@ -229,7 +229,7 @@ class MonitoringConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """``checkpoint:`` — crash-safe checkpoints (SEED.md §6): every ``every_steps`` env steps and every
+    """``checkpoint:`` — crash-safe checkpoints: every ``every_steps`` env steps and every
     ``every_seconds`` of wall time (0 turns either off), and on SIGTERM/SIGINT."""
 
     every_steps: int = 0
@@ -246,7 +246,7 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class PrecisionConfig:
-    """``precision:`` — mixed precision and gradient safety (SEED.md §4)."""
+    """``precision:`` — mixed precision and gradient safety."""
 
     dtype: str = "fp32"
     max_grad_norm: float | None = None

@@ -1,12 +1,12 @@
-"""Built-in presets (SEED.md §2, §5) and the registry class plugins add to (the plugin manager owns
+"""Built-in presets and the registry class plugins add to (the plugin manager owns
 the registry; :func:`rlaccel_plugins.loader.get_preset` reads it).
 
 ==================  ============================================================================
-``default``         the article's values (SEED.md §1-2), i.e. :class:`AccelConfig` defaults
+``default``         the article's values, i.e. :class:`AccelConfig` defaults
 ``atari``           the article's Atari Pong settings, verbatim
-``mujoco``          continuous control: ``batch_size`` 1024 (SEED.md §5)
-``multi_agent``     ``level_capacity[0]`` x2 (SEED.md §5)
-``sparse_reward``   ``sampling_ratio[0]`` 0.8, the other ratios rescaled to sum to 1 (SEED.md §5)
+``mujoco``          continuous control: ``batch_size`` 1024
+``multi_agent``     ``level_capacity[0]`` x2
+``sparse_reward``   ``sampling_ratio[0]`` 0.8, the other ratios rescaled to sum to 1
 ``classic_control`` small tiers and batches for CartPole-size tasks
 ``off``             no acceleration: one uniform level, every update full, one env
 ==================  ============================================================================
@@ -30,7 +30,7 @@ def _sparse_reward_ratios(first: float = 0.8) -> list[float]:
 
 
 BUILTIN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
-    "default": ("the article's values (SEED.md §1-2)", {}),
+    "default": ("the article's values", {}),
     "atari": ("vision tasks: the article's Atari Pong settings verbatim", {
         "replay_buffer": {"levels": 4, "level_capacity": [1000, 5000, 20000, 100000],
                           "sampling_ratio": [0.7, 0.2, 0.08, 0.02]},

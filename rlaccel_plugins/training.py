@@ -1,11 +1,11 @@
-"""What `rlaccel train` and `rlaccel demo` run: one template for every framework (DESIGN.md §11).
+"""What `rlaccel train` and `rlaccel demo` run: one template for every framework.
 
 :func:`run_training` owns a run: checks, the logdir and ``spec.json``, signals, progress, the
 evaluation clock, the result, the saved model, ``rlaccel.yaml`` and ``result.json``. An adapter
 supplies only what knows its framework: its ``train`` entry (``AdapterSpec.train``) builds a
 :class:`TrainingRun` from the spec (the agent), whose ``learn`` trains in sync, async or Ray mode and
 whose ``save`` writes the model. The core never imports a framework. Time-to-threshold follows
-DESIGN.md §8: training wall time with the evaluation time excluded, until a deterministic
+the project's benchmark rules: training wall time with the evaluation time excluded, until a deterministic
 10-episode evaluation reaches the task's threshold.
 """
 

@@ -1,4 +1,4 @@
-"""The import structure DESIGN.md §1 and §11 ask for, checked by walking every import statement.
+"""The import structure the project keeps (the core imports no framework, no cycles), checked by walking every import statement.
 
 Function-level imports count (a lazy import is still a dependency); imports under
 ``if TYPE_CHECKING:`` do not. Importing ``a.b.c`` also imports the packages ``a`` and ``a.b``,

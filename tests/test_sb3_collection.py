@@ -1,4 +1,4 @@
-"""Lean SB3 collection is SB3's own, step by step (DESIGN.md §10): the same model and seed through
+"""Lean SB3 collection is SB3's own, step by step: the same model and seed through
 ``learn()`` with SB3's ``collect_rollouts`` (and the ``_sample_action``, ``_store_transition`` and
 ``_on_step`` it calls) and with the lean ones — every vector step's actions, buffer actions,
 observations, rewards, dones and infos as a callback sees them, the names of the locals SB3 hands

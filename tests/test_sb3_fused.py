@@ -1,4 +1,4 @@
-"""Fused SB3 updates are SB3's own, step by step (DESIGN.md §10): the same model, seed and buffer
+"""Fused SB3 updates are SB3's own, step by step: the same model, seed and buffer
 contents through the stock and the fused ``train()`` for 200 gradient steps — every step's loss and
 gradients, then parameters, optimizer state, the logged loss and every RNG compared.
 

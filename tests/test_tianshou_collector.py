@@ -1,4 +1,4 @@
-"""`LeanCollector` collects what Tianshou's `Collector` collects, step by step (DESIGN.md §10): the same
+"""`LeanCollector` collects what Tianshou's `Collector` collects, step by step: the same
 algorithm, seeds and envs through both — the whole buffer (storage, infos, every sub-buffer's counters),
 every call's collect statistics, the collector's carried-over observations and infos, and numpy's RNG
 (exploration draws) compared. Tolerance: none (bit-identical, and the same Python and numpy types)."""

@@ -1,5 +1,5 @@
-"""The fused Tianshou updates (DQN, QR-DQN, DDPG, TD3, SAC, PPO) are Tianshou's own, step by step
-(DESIGN.md §10): the same algorithm, seed and buffer contents through the wrapper with
+"""The fused Tianshou updates (DQN, QR-DQN, DDPG, TD3, SAC, PPO) are Tianshou's own, step by step:
+the same algorithm, seed and buffer contents through the wrapper with
 ``fused_updates`` off and on for 200 updates (PPO: 224 minibatch steps) — every update's stats,
 backpropagated losses and gradients, then parameters, target networks, optimizer states, counters,
 and every RNG (torch's, numpy's, the buffer's) compared.

@@ -1,4 +1,4 @@
-"""Scale-out on Ray: rollout actors across machines feeding one learner (SEED.md §6).
+"""Scale-out on Ray: rollout actors across machines feeding one learner.
 
 Each of ``num_actors`` Ray actors runs a *worker* built by the framework adapter on that actor
 (a vectorised env plus a copy of the policy) and returns chunks of ``chunk_steps`` vector steps.

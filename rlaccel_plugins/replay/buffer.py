@@ -1,4 +1,4 @@
-"""`TieredReplay`: the framework-agnostic tiered replay engine (DESIGN.md §4)."""
+"""`TieredReplay`: the framework-agnostic tiered replay engine."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Gradient safety on any torch optimizer: clip the gradient norm, skip a step whose gradients are not
 finite instead of writing NaN/Inf into the weights, and optionally (``restore_last_good``) undo a step
-that made the weights non-finite anyway (SEED.md §4). The restore option copies the weights and the
+that made the weights non-finite anyway. The restore option copies the weights and the
 optimizer state before every step, so it costs memory and time: meant for debugging unstable runs.
 With fp16 updates the guard also owns the :class:`~rlaccel_plugins.updates.loss_scale.LossScaler`:
 an overflowing step is skipped and the scale backed off, as ``GradScaler`` does.

@@ -1,4 +1,4 @@
-"""`SparseDenseUpdater`: train only the last layers on most optimizer steps (DESIGN.md §5)."""
+"""`SparseDenseUpdater`: train only the last layers on most optimizer steps."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ updates, exploration schedule) and callbacks, and after every ``train_freq`` env
 own ``train(gradient_steps)`` — SB3's rollout structure and replay ratio exactly, while the actor
 already collects the next rollout. (Training in small slices instead would move DQN's target
 network, which SB3 updates per env step, far more often per gradient step, and DQN stops learning.) The actor's policy copy
-is refreshed every ``sync_interval`` gradient steps (SEED.md §2: ``sync_interval``).
+is refreshed every ``sync_interval`` gradient steps (``training.sync_interval``).
 """
 
 from __future__ import annotations
