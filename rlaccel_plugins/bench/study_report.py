@@ -198,11 +198,26 @@ def _count(n: float) -> str:
     return "—" if not math.isfinite(n) else f"{n:,.0f}"
 
 
+def summary_table(stats: dict[str, Any]) -> str:
+    """One row per task and variant: the area score's IQM, P(X > stock), P(X > uniform) and the speed ratio,
+    each with its 95% CI (the README's table)."""
+    lines = ["| task | variant | runs | IQM area | P(X > stock) | P(X > uniform) | speed vs stock |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for key, task in stats["tasks"].items():
+        for variant, row in task["rows"].items():
+            poi = {baseline: _ci(task["pairs"][f"{variant} > {baseline}"]["poi"])
+                   if f"{variant} > {baseline}" in task["pairs"] else "—" for baseline in (STOCK, UNIFORM)}
+            speed = row.get("speed", {}).get("vs_stock")
+            lines.append(f"| {key} | {variant} | {row['runs']} | {_ci(row['iqm_auc'])} | {poi[STOCK]} | {poi[UNIFORM]} | "
+                         + (f"{_ci(speed)}x |" if speed else "1 |" if variant == STOCK and "speed" in row else "— |"))
+    return "\n".join(lines)
+
+
 def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [f"# Learning study: {meta.get('study', '')}", "",
              f"Command: `{meta.get('command', '')}`; updated {meta.get('updated', '')}; machine: {meta.get('machine', '')}.",
              "",
-             EXPLAINED, ""]
+             EXPLAINED, "", "## Summary", "", summary_table(stats), ""]
     for key, task in stats["tasks"].items():
         timed = any("speed" in r for r in task["rows"].values())
         lines += [f"## {key}", "",
