@@ -1,6 +1,10 @@
 """Built-in presets and the registry class plugins add to (the plugin manager owns
 the registry; :func:`rlaccel_plugins.loader.get_preset` reads it).
 
+The named presets sample their batches uniformly (``sampling: uniform``): the learning study found
+no sampling scheme better than uniform on their tasks (or did not measure their tasks), so they keep
+the tiers as storage levels (and their ratios, for ``sampling: tiers``) and learn as the frameworks do.
+
 ==================  ============================================================================
 ``default``         the article's values, i.e. :class:`AccelConfig` defaults
 ``atari``           the article's Atari Pong settings, verbatim
@@ -33,16 +37,18 @@ BUILTIN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "default": ("the article's values", {}),
     "atari": ("vision tasks: the article's Atari Pong settings verbatim", {
         "replay_buffer": {"levels": 4, "level_capacity": [1000, 5000, 20000, 100000],
-                          "sampling_ratio": [0.7, 0.2, 0.08, 0.02]},
+                          "sampling_ratio": [0.7, 0.2, 0.08, 0.02], "sampling": "uniform"},
         "training": {"batch_size": 512, "sparse_update_interval": 100, "dense_layers": [-3, -2, -1],
                      "learning_rate": 0.00025, "parallel_envs": 256, "sync_interval": 50},
     }),
-    "mujoco": ("continuous control: batch_size 1024", {"training": {"batch_size": 1024}}),
+    "mujoco": ("continuous control: batch_size 1024", {"replay_buffer": {"sampling": "uniform"},
+                                                        "training": {"batch_size": 1024}}),
     "multi_agent": ("multi-agent: level_capacity[0] x2", {
-        "replay_buffer": {"level_capacity": [2 * ARTICLE.level_capacity[0], *ARTICLE.level_capacity[1:]]},
+        "replay_buffer": {"level_capacity": [2 * ARTICLE.level_capacity[0], *ARTICLE.level_capacity[1:]],
+                          "sampling": "uniform"},
     }),
     "sparse_reward": ("sparse reward: sampling_ratio[0] 0.8, others rescaled", {
-        "replay_buffer": {"sampling_ratio": _sparse_reward_ratios()},
+        "replay_buffer": {"sampling_ratio": _sparse_reward_ratios(), "sampling": "uniform"},
     }),
     # Tuned by measurement on CartPole-v1 DQN (2-core CPU, README "Results"): a gradient step costs
     # about the same at batch 64 or 256 there, so fewer, larger steps (16 samples per env step) win,
@@ -51,7 +57,8 @@ BUILTIN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     # network, and the ablation (README "Which technique helps") measured no gain from it here.
     "classic_control": (("CartPole-size tasks: small tiers, 3-step returns, batch 256, 16 samples per env step; "
                          "sparse/dense off (nothing to save on small MLPs)"), {
-        "replay_buffer": {"levels": 2, "level_capacity": [5000, 45000], "sampling_ratio": [0.3, 0.7], "n_step": 3},
+        "replay_buffer": {"levels": 2, "level_capacity": [5000, 45000], "sampling_ratio": [0.3, 0.7], "n_step": 3,
+                          "sampling": "uniform"},
         "training": {"batch_size": 256, "replay_ratio": 16, "sparse_update_interval": 1,
                      "learning_rate": 0.0023, "parallel_envs": "auto", "sync_interval": 10},
     }),

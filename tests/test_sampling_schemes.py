@@ -102,7 +102,10 @@ def test_engine_with_a_scheme_samples_stored_data_and_resumes_its_sweep_exactly(
 
 def test_make_sampler_follows_the_config_and_bad_values_are_refused_clearly():
     layout = TierLayout([10, 90])
-    assert type(make_sampler(layout, rla.load_config(sampling="uniform").replay_buffer)) is UniformSampler
+    assert type(make_sampler(layout, rla.load_config(sampling="tiers").replay_buffer)).__name__ == "TieredSampler"
+    for preset in set(rla.preset_names()) - {"default", "off"}:  # the study's finding: uniform on their tasks
+        assert rla.get_preset(preset).replay_buffer.sampling == "uniform", preset
+    assert rla.get_preset("off").replay_buffer.levels == 1  # one level: its tiers sampler draws uniformly
     assert type(make_sampler(layout, rla.load_config().replay_buffer)).__name__ == "TieredSampler"
     with pytest.raises(ConfigError, match=r"sampling must be one of .*got sampling='eer'.*Did you mean 'ere'"):
         rla.load_config(sampling="eer")
