@@ -1,20 +1,26 @@
-"""Write ``benchmarks/results/INDEX.md``: every results folder, what produced it, when, and where the
-README cites it.
+"""Write what the results files say, where the docs show it:
 
-For each folder: the command lines its text files start with (``$ python benchmarks/...  # date``),
-or for an ``rlaccel bench`` folder its suite, seeds, variants and machine (and the command, for runs
-that record it); the date of the commit that last touched it; the README sections that name it.
+- ``benchmarks/results/INDEX.md``: every results folder (older runs under ``archive/``), the command
+  that wrote it, when, and which docs pages cite it;
+- ``docs/results.md``: the current figure of each maintained benchmark and the learning study;
+- the results table of ``README.md`` (between its ``results:`` markers).
+
+Every figure is read from a results file here; none is typed in. ``--check`` writes nothing and fails
+when the results page or the README table is out of date (the tests run it; ``INDEX.md`` is not
+checked, since its dates come from the git history, which a shallow clone does not have).
 
 Usage:
-    python benchmarks/results_index.py
+    python benchmarks/results_index.py [--check]
 """
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import json
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,40 +55,264 @@ def last_commit_date(folder: Path) -> str:
     return out or "not committed"
 
 
-def readme_sections(name: str, readme: str) -> list[str]:
-    """The headings of the README sections that name the folder: ``results/<name>`` or `` `<name>/` ``,
+def cited_by(name: str, pages: dict[str, str]) -> list[str]:
+    """The docs pages (README included) that name the folder: ``results/<name>`` or `` `<name>/` ``,
     or a glob that matches it (`` `quick-dropin-off*/` ``)."""
-    sections, heading = [], "(top)"
-    for line in readme.splitlines():
-        if line.startswith("#"):
-            heading = line.lstrip("#").strip()
-            continue
-        tokens = re.findall(r"results/([\w.*-]+)", line) + re.findall(r"`([\w.*-]+)/", line)
-        if any(fnmatch.fnmatchcase(name, token) for token in tokens) and heading not in sections:
-            sections.append(heading)
-    return sections
+    found = []
+    for page, text in pages.items():
+        tokens = re.findall(r"results/([\w.*-]+)", text) + re.findall(r"`([\w.*-]+)/", text)
+        if any(fnmatch.fnmatchcase(name, token) for token in tokens):
+            found.append(page)
+    return found
 
 
-def build() -> str:
-    readme = (ROOT / "README.md").read_text()
+def docs_pages() -> dict[str, str]:
+    pages = {"README.md": (ROOT / "README.md").read_text()}
+    pages.update({str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))
+                  if p.name != "results.md"})
+    return pages
+
+
+def build_index() -> str:
     about = ("Written by `python benchmarks/results_index.py`; each folder holds what the command(s) below "
              "wrote, on this project's 2-core VM unless a file says otherwise. Compare ratios within one run, "
-             "not absolute rates across runs (the VM is not always the same machine).")
+             "not absolute rates across runs (the VM is not always the same machine). The current figures "
+             "are in `docs/results.md`; `archive/` holds runs a later one replaced.")
+    pages = docs_pages()
     lines = ["# Benchmark results", "", about, ""]
-    for folder in sorted(p for p in RESULTS.iterdir() if p.is_dir()):
-        lines.append(f"## `{folder.name}/` (last committed {last_commit_date(folder)})")
+    folders = sorted(p for p in RESULTS.iterdir() if p.is_dir() and p.name != "archive")
+    archive = RESULTS / "archive"
+    if archive.is_dir():
+        folders += sorted(p for p in archive.iterdir() if p.is_dir())
+    for folder in folders:
+        name = str(folder.relative_to(RESULTS))
+        lines.append(f"## `{name}/` (last committed {last_commit_date(folder)})")
         lines.append("")
         lines += [f"- {c}" for c in commands(folder)] or ["- (no command recorded in its files)"]
-        cited = readme_sections(folder.name, readme)
-        lines.append(f"- README: {'; '.join(cited) if cited else 'not cited'}")
+        cited = cited_by(folder.name, pages)
+        lines.append(f"- cited by: {', '.join(cited) if cited else 'none'}")
         lines.append("")
     return "\n".join(lines)
 
 
-def main() -> None:
-    INDEX.write_text(build())
-    print(f"written: {INDEX}")
+# --------------------------------------------------------------------------- current figures
+REPO = "https://github.com/rlaccel/rlaccel/blob/main/"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One current figure: what it measures, its value (with its interval), how, where and when."""
+
+    measure: str
+    value: str
+    command: str
+    machine: str
+    date: str
+    source: str  # the results file, relative to the repository
+
+
+def _last_block(path: Path) -> tuple[list[str], str]:
+    """The last ``$ command`` block of a results text file (the latest run it holds) and its date: on
+    the command line (``$ ... # 2026-12-02``) or on a ``# 2026-12-02 ...`` line just above it."""
+    lines = path.read_text().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
+    start = starts[-1] if starts else 0
+    for line in (lines[start], lines[start - 1] if start else ""):
+        date = re.search(r"#.*?(\d{4}-\d{2}-\d{2})", line)
+        if date:
+            return lines[start:], date.group(1)
+    return lines[start:], "undated"
+
+
+def _command(line: str) -> str:
+    return line[2:].partition("#")[0].strip()
+
+
+def learn_time(measure: str, file: str, variant: str = "drop-in") -> Figure:
+    """A ``benchmarks/dropin_learn.py`` run: the variant's share of stock's ``learn()`` time."""
+    path = RESULTS / file
+    block, date = _last_block(path)
+    command = _command(block[0])
+    for line in block:
+        m = re.match(rf"\s+{re.escape(variant)}\s+[\d.]+\s+([\d.]+x)(?:\s+([\d.]+-[\d.]+x))?\s*$", line)
+        if m:
+            spread = f" (segments {m.group(2).replace('-', '–')})" if m.group(2) else ""
+            return Figure(measure, f"{m.group(1)} stock's time{spread}", command,
+                          block[1].split(";")[0], date, str(path.relative_to(ROOT)))
+    raise ValueError(f"{path}: no {variant!r} row in its last run")
+
+
+def gpu_learn(measure: str, file: str, row: str) -> Figure:
+    path = RESULTS / file
+    text = path.read_text().splitlines()
+    about = (path.parent / "machine.txt").read_text()
+    machine, date = about.splitlines()[0].split(",")[0], re.search(r"run (\d{4}-\d{2}-\d{2})", about).group(1)
+    for line in text:
+        if line.startswith(row):
+            return Figure(measure, f"{line.split()[-1]} stock's speed", "bash benchmarks/gpu_check.sh",
+                          machine, date, str(path.relative_to(ROOT)))
+    raise ValueError(f"{path}: no {row!r} row")
+
+
+def checkpoint_size(measure: str, file: str, ours: str, stock: str) -> Figure:
+    path = RESULTS / file
+    block, date = _last_block(path)
+    command = _command(block[0])
+    sizes = {}
+    for line in block:
+        m = re.match(r"(.+?)\s{2,}([\d,.]+)\s+[\d,]+$", line)
+        if m:
+            sizes[m.group(1).strip()] = float(m.group(2).replace(",", ""))
+    return Figure(measure, f"{sizes[ours]:,.1f} MB against {sizes[stock]:,.1f} MB", command,
+                  block[1].split(",")[0] + " CPU", date, str(path.relative_to(ROOT)))
+
+
+STUDY = RESULTS / "learning-quick"
+
+
+def default_variant(stats: dict) -> str:
+    """The study variant a user gets with no argument: the article's tiers where the study's decision
+    kept them, else uniform sampling."""
+    keep = stats["decisions"].get("no argument (default)", {}).get("keep_tiers", False)
+    return "drop-in, no argument" if keep else "drop-in, uniform (off)"
+
+
+def _ci(values: list[float], digits: int = 2, suffix: str = "") -> str:
+    point, low, high = values
+    return f"{point:.{digits}f}{suffix} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def study_figures() -> list[Figure]:
+    """Per study task: the default drop-in's speed on fixed work and P(drop-in > stock) in learning."""
+    stats = json.loads((STUDY / "stats.json").read_text())
+    speed = json.loads((STUDY / "speed.json").read_text())
+    study = json.loads((STUDY / "study.json").read_text())
+    out, default = [], default_variant(stats)
+    for task, data in stats["tasks"].items():
+        row = data["rows"].get(default, {})
+        pair = data["pairs"].get(f"{default} > stock", {}).get("poi")
+        ratio = row.get("speed", {}).get("vs_stock")
+        if ratio:
+            out.append(Figure(f"{task}: env steps/s, same learning work", _ci(ratio, suffix="x") + " stock's",
+                              speed["command"], speed["machine"].split(",")[0], speed["date"],
+                              str((STUDY / "speed.json").relative_to(ROOT))))
+        if pair:
+            out.append(Figure(f"{task}: learning, P(drop-in > stock), {row['runs']} seeds", _ci(pair),
+                              study["command"], speed["machine"].split(",")[0], study["updated"][:10],
+                              str((STUDY / "stats.json").relative_to(ROOT))))
+    return out
+
+
+def current_figures() -> list[Figure]:
+    """The figure of each maintained benchmark that the README and the results page show."""
+    return [
+        *study_figures(),
+        learn_time("SB3 SAC InvertedPendulum-v5: learn(), fixed work", "dropin-sac/dropin_learn_sac_pendulum.txt"),
+        learn_time("SB3 PPO CartPole-v1: learn(), fixed work", "dropin-ppo/dropin_learn_ppo_cartpole_segments.txt"),
+        gpu_learn("SB3 DQN CartPole-v1 on a GPU: learn(), fixed work", "gpu-h200/gpu_bench-run3-lean-collection.log",
+                  "DQN CartPole"),
+        gpu_learn("SB3 SAC Pendulum on a GPU: learn(), fixed work", "gpu-h200/gpu_bench-run3-lean-collection.log",
+                  "SAC Pendulum"),
+        checkpoint_size("Tianshou checkpoint, 2,048 Pong transitions in a 100k buffer",
+                        "checkpoint-size/checkpoint_size.txt", "Tianshou drop-in TieredVectorReplayBuffer",
+                        "Tianshou VectorReplayBuffer (--stock)"),
+    ]
+
+
+def figures_table(figures: list[Figure], link_prefix: str) -> str:
+    rows = ["| measure | drop-in (95% CI where measured) | machine | date | source |", "|---|---|---|---|---|"]
+    for f in figures:
+        rows.append(f"| {f.measure} | {f.value} | {f.machine} | {f.date} | [{Path(f.source).parent.name}]"
+                    f"({link_prefix}{f.source}) |")
+    return "\n".join(rows)
+
+
+def learning_section() -> str:
+    """The learning study's summary, decisions and plots, from its stats.json."""
+    stats = json.loads((STUDY / "stats.json").read_text())
+    study = json.loads((STUDY / "study.json").read_text())
+    lines = ["## Learning study", "",
+             (f"`{study['command']}`, then `rlaccel bench --suite speed --study learning-quick`; the full report "
+             f"with every table is [report.md]({REPO}{(STUDY / 'report.md').relative_to(ROOT)})."), "",
+             ("Each run's score is its area under the evaluation curve over a fixed budget, normalised per task "
+             "(0: a random policy, 1: the task's threshold). IQM is the interquartile mean over runs; P(X > Y) "
+             "the probability that a run of X scores higher than a run of Y. Brackets: 95% stratified-bootstrap "
+             "CIs (rliable). An interval containing 0.5 means the runs cannot tell the two apart."), "",
+             "| task | variant | runs | IQM area | P(X > stock) | P(X > uniform) |", "|---|---|---:|---:|---:|---:|"]
+    for task, data in stats["tasks"].items():
+        for variant, row in data["rows"].items():
+            vs_stock = data["pairs"].get(f"{variant} > stock", {}).get("poi")
+            vs_uniform = data["pairs"].get(f"{variant} > drop-in, uniform (off)", {}).get("poi")
+            lines.append(f"| {task} | {variant} | {row['runs']} | {_ci(row['iqm_auc'])} | "
+                         f"{_ci(vs_stock) if vs_stock else '—'} | {_ci(vs_uniform) if vs_uniform else '—'} |")
+    lines += ["", ("What the defaults follow: a preset keeps non-uniform sampling only where P(tiers > uniform) over "
+              "its tasks together has a 95% CI above 0.5."), "",
+              "| preset | tasks | P(tiers > uniform) | keeps tiers |", "|---|---|---:|---|"]
+    for preset, decision in stats["decisions"].items():
+        lines.append(f"| {preset} | {', '.join(decision['tasks'])} | {_ci(decision['poi_vs_uniform'])} | "
+                     f"{'yes' if decision['keep_tiers'] else 'no: uniform'} |")
+    lines += ["", "![IQM sample-efficiency curves](img/learning-quick-iqm_curves.png)", "",
+              "![Probability of improvement](img/learning-quick-probability_of_improvement.png)", ""]
+    return "\n".join(lines)
+
+
+def build_results_page() -> str:
+    figures = current_figures()
+    return "\n".join([
+        "# Benchmarks and results", "",
+        "<!-- Written by `python benchmarks/results_index.py` from the results files; do not edit. -->", "",
+        ("Every figure here is read from a results file in `benchmarks/results/` by "
+        "`python benchmarks/results_index.py`. Speed is a same-run ratio on fixed work against the stock "
+        "framework, variants interleaved; learning is many seeds per variant with 95% CIs. Timings on the "
+        "2-core VMs these ran on are noisy: compare ratios within a run, not absolute rates across runs."), "",
+        "## Current figures", "", figures_table(figures, REPO), "",
+        learning_section(),
+        "## History", "",
+        (f"Every results folder, older runs included, with the command that wrote it: [INDEX.md]({REPO}"
+        f"{INDEX.relative_to(ROOT)}). Measurements made before the learning study, with single seeds and "
+        "medians, are kept as a [dated note](notes/measurements-2026-11.md)."), ""])
+
+
+README_TABLE = re.compile(r"(<!-- results:start -->\n).*?(<!-- results:end -->)", re.DOTALL)
+
+
+def build_readme(readme: str) -> str:
+    figures = current_figures()
+    table = (figures_table(figures, "") + "\n\nSpeed: a same-run ratio on fixed work; learning: 10 seeds per "
+             "variant, 95% CIs. How these are measured, the learning study and every other benchmark: "
+             "[Benchmarks and results](docs/results.md).\n")
+    return README_TABLE.sub(lambda m: m.group(1) + table + m.group(2), readme)
+
+
+def outputs() -> dict[Path, str | bytes]:
+    out: dict[Path, str | bytes] = {INDEX: build_index(), ROOT / "docs" / "results.md": build_results_page(),
+                                    ROOT / "README.md": build_readme((ROOT / "README.md").read_text())}
+    for plot in ("iqm_curves.png", "probability_of_improvement.png"):
+        out[ROOT / "docs" / "img" / f"learning-quick-{plot}"] = (STUDY / plot).read_bytes()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="fail when a generated file is out of date")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, content in outputs().items():
+        if args.check and path == INDEX:
+            continue
+        current = path.read_bytes() if path.exists() else None
+        wanted = content.encode() if isinstance(content, str) else content
+        if current != wanted:
+            stale.append(path.relative_to(ROOT))
+            if not args.check:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(wanted)
+    if args.check and stale:
+        print(f"out of date: {', '.join(map(str, stale))}; run python benchmarks/results_index.py")
+        return 1
+    print(f"written: {', '.join(map(str, stale)) or 'nothing (all up to date)'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -62,7 +62,8 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                                   description="Train an SB3 or Tianshou agent with rlaccel (or --stock without it); "
                                               "logs to TensorBoard, evaluates periodically, saves the model.")
     _add_run_arguments(train)
-    train.add_argument("--framework", choices=["sb3", "tianshou"], default="sb3")
+    train.add_argument("--framework", choices=["sb3", "tianshou"], default="sb3",
+                       help="the framework that trains the agent (default sb3)")
     train.add_argument("--algo", default="dqn", help="dqn, qrdqn, sac, td3, ddpg, ppo, a2c (SB3); dqn (Tianshou)")
     train.add_argument("--env", default="CartPole-v1", help="gymnasium / envpool task id")
     train.add_argument("--preset", default=None,
@@ -102,7 +103,7 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                                              "the learning curves of several seeds per variant (IQM with CI bands, "
                                              "P(drop-in > stock)), then one sentence on what to expect.")
     demo.add_argument("--seeds", type=int, default=5, help="learning runs per variant (default 5)")
-    demo.add_argument("--first-seed", type=int, default=0)
+    demo.add_argument("--first-seed", type=int, default=0, help="the first run's seed; the others follow it")
     demo.add_argument("--steps", type=int, default=30_000, help="env steps per learning run (default 30,000)")
     demo.add_argument("--workers", type=int, default=None, help="parallel learning runs (default: the usable cores)")
     demo.add_argument("--segments", type=int, default=6, help="timed segments per variant in the speed measure")
@@ -134,7 +135,7 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--study", default="learning-quick", help="speed: whose tasks to measure (learning, learning-quick)")
     bench.add_argument("--segments", type=int, default=8, help="speed: timed segments per variant")
     bench.add_argument("--segment-steps", type=int, default=2_000, help="speed: env steps per segment")
-    bench.add_argument("--first-seed", type=int, default=0)
+    bench.add_argument("--first-seed", type=int, default=0, help="the first seed of every variant; the others follow it")
     bench.add_argument("--frameworks", default="sb3,tianshou", help="comma-separated subset of sb3,tianshou")
     bench.add_argument("--ablate", action="store_true",
                        help="add one variant per technique (settings only, tiers only, sparse/dense only, "
@@ -149,7 +150,7 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                                                "against onnxruntime on sampled observations. MODEL: an SB3 .zip, or "
                                                "the algorithm.pt (or run directory) of `rlaccel train --framework "
                                                "tianshou`.")
-    export.add_argument("model", metavar="MODEL")
+    export.add_argument("model", metavar="MODEL", help="a saved model: an SB3 .zip, or a Tianshou algorithm.pt or run directory")
     export.add_argument("--onnx", required=True, help="output .onnx file")
     export.add_argument("--framework", choices=["auto", "sb3", "tianshou"], default="auto",
                         help="auto: .zip is SB3, anything else Tianshou")
@@ -206,7 +207,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=100_000, help="env-step cap")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the run's seed (default 0): the same seed, the same run")
     parser.add_argument("--eval-freq", type=int, default=2_000, help="env steps between evaluations")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
 

@@ -94,17 +94,29 @@ class ReplayBufferConfig:
     """``replay_buffer:`` — tiered replay."""
 
     levels: int = 4
+    """Number of levels, L0 (newest) to L(n-1) (long-term)."""
     level_capacity: tuple[int, ...] = (1000, 5000, 20000, 100000)
+    """Transitions each level holds, newest level first; their sum is the buffer's capacity."""
     sampling_ratio: tuple[float, ...] = (0.7, 0.2, 0.08, 0.02)
+    """Share of every batch drawn from each level under `sampling: tiers` (sums to 1)."""
     ratio_schedule: str = "constant"
+    """`constant`, or `anneal`: the ratios move toward uniform over `anneal_steps`."""
     anneal_steps: int = 1_000_000
+    """Updates over which `anneal` (and ERE's `ere_eta`) reach uniform."""
     importance_beta: float | None = None
+    """A number turns on importance weights (N·P)^-beta / max for `sampling: tiers`; null: off."""
     dedup_frames: bool | str = AUTO
-    n_step: int | str = AUTO  # n-step returns where rlaccel builds the agent; auto: the recipe's own
-    sampling: str = "tiers"  # one of SAMPLING_SCHEMES; the levels are kept (and reported) whatever it is
-    ere_eta: float = 0.996   # ERE: the recency exponent's base, annealed to 1 over anneal_steps
-    ere_c_min: int = 5000    # ERE: the smallest window of newest transitions an update draws from
-    ere_updates: int = 1000  # ERE: K, the updates of one sweep from the whole buffer to the newest window
+    """Store each stacked 84x84 frame once (`auto`: for stacked-frame observations; true / false to force)."""
+    n_step: int | str = AUTO
+    """n-step returns where rlaccel builds the agent (`rlaccel train`); `auto`: the recipe's own (RL Zoo: 1, Tianshou's example: 3)."""
+    sampling: str = "tiers"
+    """How a batch is drawn: `uniform` (the frameworks' own distribution), `tiers` (the ratios above), `ere` or `cer`. The levels are kept, and reported, whatever it is."""
+    ere_eta: float = 0.996
+    """ERE: the recency exponent's base, annealed to 1 over `anneal_steps`."""
+    ere_c_min: int = 5000
+    """ERE: the smallest window of newest transitions an update draws from."""
+    ere_updates: int = 1000
+    """ERE: K, the updates of one sweep from the whole buffer to the newest window."""
 
     def __post_init__(self) -> None:
         levels = _int("levels", self.levels, minimum=1)
@@ -155,23 +167,33 @@ class TrainingConfig:
     """``training:`` — update and collection settings."""
 
     batch_size: int = 512
+    """Batch size where rlaccel builds an off-policy agent."""
     sparse_update_interval: int = 100
+    """Every N-th update trains the whole network; the others only `dense_layers` (1: every update full)."""
     dense_layers: tuple[int | str, ...] = (-3, -2, -1)
+    """The layers trained on every update: indices into the network's trainable layers (negative from the end) or name patterns."""
     learning_rate: float = 0.00025
+    """Learning rate where rlaccel builds an off-policy agent."""
     parallel_envs: int | str = 256
+    """Envs collected in parallel where rlaccel builds the agent (`auto`: from the cores and the env's speed)."""
     sync_interval: int = 50
+    """Gradient steps between the learner's weight syncs to its collection actors (async and Ray collection)."""
     device: str = AUTO
+    """The device of every model rlaccel builds (`auto`: the framework's choice)."""
     num_threads: int | str = AUTO
-    replay_ratio: float | str = AUTO  # replay samples drawn per env step; auto: the recipe's own rate
-    net_arch: tuple[int, ...] | str = AUTO  # hidden layer sizes of MLP agents rlaccel builds; auto: the recipe's
-    fused_updates: bool | str = AUTO  # the framework's update replaced by a fused equivalent; auto: where one exists
-    fused_collection: bool | str = AUTO  # the framework's action selection in collection made lean; auto: where tested
-    # fused updates step Adam/AdamW/SGD with PyTorch's single-kernel fused=True implementation instead of the
-    # framework's multi-tensor one: faster, rounded differently (no longer bit-identical to the framework)
+    """torch threads during a `rlaccel train` run, put back after it (`auto`: the usable cores, or `OMP_NUM_THREADS`)."""
+    replay_ratio: float | str = AUTO
+    """Replay samples per env step (batch x gradient steps / env steps); `auto`: the recipe's own rate."""
+    net_arch: tuple[int, ...] | str = AUTO
+    """Hidden layer sizes of the MLP agents rlaccel builds; `auto`: the recipe's."""
+    fused_updates: bool | str = AUTO
+    """The framework's update run fused (the same math, tested equal); `auto`: where one exists and its code is verified; `true`: required; `false`: the framework's own."""
+    fused_collection: bool | str = AUTO
+    """Off-policy action selection during collection made lean (the same actions and RNG draws, tested equal); `auto`: where tested; `true`: required."""
     fused_optimizer: bool = False
-    # Conv2d weights and their inputs in channels-last memory format while training (faster oneDNN
-    # convolution gradients on the CPU; summed in another order, so not bit-identical)
+    """Fused updates step Adam/AdamW/SGD with PyTorch's single-kernel `fused=True` implementation: faster, equal within rtol 1e-4, not bit for bit."""
     channels_last: bool = False
+    """The policy's Conv2d layers in channels-last memory format while training: faster CPU convolution gradients, equal within a derived tolerance, not bit for bit."""
 
     def __post_init__(self) -> None:
         _int("batch_size", self.batch_size, minimum=1)
@@ -216,9 +238,13 @@ class MonitoringConfig:
     """``monitoring:`` — live fps, reward and update counts."""
 
     log_interval: int = 1000
+    """Env steps between rlaccel's metric records (`rlaccel/*`)."""
     progress_bar: bool = True
+    """The live line of `rlaccel train` (`--no-progress` overrides)."""
     tensorboard: bool = True
+    """TensorBoard logs in the run's logdir."""
     wandb: bool = False
+    """Mirror the logs to Weights & Biases (`--wandb` overrides)."""
 
     def __post_init__(self) -> None:
         _int("log_interval", self.log_interval, minimum=1)
@@ -233,9 +259,13 @@ class CheckpointConfig:
     ``every_seconds`` of wall time (0 turns either off), and on SIGTERM/SIGINT."""
 
     every_steps: int = 0
+    """Checkpoint every N env steps (0: off)."""
     every_seconds: int = 300
+    """Checkpoint every N seconds of wall time (0: off)."""
     keep: int = 3
+    """Checkpoints kept; older ones are deleted once a newer one is complete."""
     on_signal: bool = True
+    """Checkpoint on SIGTERM / SIGINT, then stop."""
 
     def __post_init__(self) -> None:
         _int("every_steps", self.every_steps, minimum=0)
@@ -249,9 +279,13 @@ class PrecisionConfig:
     """``precision:`` — mixed precision and gradient safety."""
 
     dtype: str = "fp32"
+    """Update precision: `fp32`, `bf16`, `fp16` (autocast, with a loss scaler) or `auto` (the device's best)."""
     max_grad_norm: float | None = None
+    """Clip the gradients' global norm to this value; null: no clipping."""
     skip_nonfinite: bool = True
-    restore_last_good: bool = False  # weights made non-finite by a step -> back to the last good ones
+    """Skip an update whose loss or gradients are NaN/Inf (counted and logged)."""
+    restore_last_good: bool = False
+    """Weights made non-finite by a step go back to the last good ones."""
 
     def __post_init__(self) -> None:
         _choice("dtype", self.dtype, PRECISIONS)

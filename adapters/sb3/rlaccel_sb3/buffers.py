@@ -303,17 +303,18 @@ class TieredReplayBuffer(TieredBufferMixin, ReplayBuffer):
     """SB3 ``ReplayBuffer`` with tiered sampling and the core engine's storage (frames stored once).
 
     Args:
-        buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-        handle_timeout_termination: as SB3 passes them (``optimize_memory_usage`` is accepted, and
-            unneeded: next observations are always stored, de-duplicated for stacked frames).
+        buffer_size: as SB3 passes it (also ``observation_space``, ``action_space``, ``device``,
+            ``n_envs``, ``handle_timeout_termination`` and ``optimize_memory_usage``, which is
+            accepted and unneeded: next observations are always stored, de-duplicated for stacked frames).
         preset: rlaccel preset whose tiers to fit into ``buffer_size`` (e.g. ``"atari"``): its recent
             levels as they are, the long-term level takes the rest; ``buffer_size`` is never changed.
-        level_capacity, sampling_ratio, ratio_schedule, anneal_steps, importance_beta: tier settings;
-            an explicit ``level_capacity`` sets the capacity; without it or a preset the default tier
-            proportions are scaled to ``buffer_size``.
+        level_capacity: the tiers' capacities; explicit, it sets the capacity; without it or a preset
+            the default tier proportions are scaled to ``buffer_size``. ``sampling_ratio``,
+            ``ratio_schedule``, ``anneal_steps`` and ``importance_beta`` are the other tier settings
+            (configuration reference).
         sampling: how a batch is drawn: ``"uniform"``, ``"tiers"``, ``"ere"`` or ``"cer"``
             (default: the preset's, see the README's sampling section).
-        n_steps, gamma: n-step returns as in SB3's ``NStepReplayBuffer`` (``n_steps=1``: off).
+        n_steps: n-step returns as in SB3's ``NStepReplayBuffer`` (``n_steps=1``: off), with ``gamma``.
         seed: seed of the buffer's sampling RNG (default: derived from numpy's global RNG state,
             which SB3 seeds from the model's ``seed``, without drawing from it).
         replay_config: a ready ``ReplayBufferConfig`` used as it is (what ``rlaccel train`` and

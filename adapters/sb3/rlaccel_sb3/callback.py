@@ -39,7 +39,8 @@ class SparseDenseCallback(BaseCallback):
 
     Args:
         preset: preset whose ``training`` block gives the schedule (default: the loaded config).
-        sparse_update_interval, dense_layers: override the preset.
+        sparse_update_interval: overrides the preset's.
+        dense_layers: overrides the preset's.
         sparse: ``False`` keeps every update full (metrics and weights only).
         config: a ready :class:`AccelConfig` instead of ``preset`` + overrides.
 

@@ -173,10 +173,13 @@ class TieredReplayBuffer(TieredSamplingMixin, ReplayBuffer):
 
     Args:
         size: capacity when no tiers are given (the default proportions are scaled to it).
-        stack_num, ignore_obs_next, save_only_last_obs, sample_avail, random_seed: as Tianshou's.
-        preset, level_capacity, sampling_ratio, ratio_schedule, anneal_steps, importance_beta: tiers;
-            an explicit ``level_capacity`` sets the capacity to its sum; a preset keeps ``size`` (its
-            recent levels as they are, the long-term level takes the rest).
+        stack_num: as Tianshou's (so are ``ignore_obs_next``, ``save_only_last_obs``, ``sample_avail``
+            and ``random_seed``).
+        preset: the preset whose tiers to fit into ``size`` (its recent levels as they are, the
+            long-term level takes the rest).
+        level_capacity: the tiers' capacities; explicit, it sets the capacity to its sum.
+            ``sampling_ratio``, ``ratio_schedule``, ``anneal_steps`` and ``importance_beta`` are the
+            other tier settings (configuration reference).
         sampling: how a batch is drawn: ``"uniform"``, ``"tiers"``, ``"ere"`` or ``"cer"``.
         replay_config: a ready ``ReplayBufferConfig`` used as it is (what ``rlaccel train`` passes);
             the ambient configuration and the tier arguments are then not read.

@@ -164,8 +164,8 @@ class SparseDenseWrapper(_SparseDenseMixin, OffPolicyWrapperAlgorithm):
 
     Args:
         wrapped_algorithm: the algorithm to wrap.
-        preset, sparse_update_interval, dense_layers: schedule settings (a preset's ``training`` block
-            plus overrides).
+        preset: the preset whose ``training`` block gives the schedule; ``sparse_update_interval`` and
+            ``dense_layers`` override it.
         sparse: ``False`` keeps every update full (stats only).
 
     Examples:

@@ -1,0 +1,24 @@
+"""The docs build hook: pages write ``<!-- generated: NAME -->`` where a reference part goes, and this
+hook puts in the text :mod:`rlaccel_plugins.reference` (or the results index) generates from the code,
+so a page never copies a default, a preset or a flag by hand."""
+
+from __future__ import annotations
+
+import re
+
+GENERATED = re.compile(r"<!-- generated: ([a-z-]+) -->")
+
+
+def _generate(name: str) -> str:
+    from rlaccel_plugins import reference
+
+    makers = {"config": reference.config_markdown, "presets": reference.presets_markdown,
+              "cli": reference.cli_markdown, "verified": reference.verified_markdown,
+              "api": reference.api_markdown}
+    if name not in makers:
+        raise ValueError(f"docs: no generator named {name!r}; known: {sorted(makers)}")
+    return makers[name]()
+
+
+def on_page_markdown(markdown: str, **kwargs) -> str:
+    return GENERATED.sub(lambda m: _generate(m.group(1)), markdown)

@@ -1,0 +1,58 @@
+"""The docs stay true to the code: every config key and CLI flag is documented (the reference pages
+are generated from those docs), the results page and the README's table match the results files, the
+README stays short and cites nothing outside the repository."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from rlaccel_plugins import reference
+from rlaccel_plugins.config import SECTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_config_key_has_a_docstring_that_the_reference_shows():
+    keys = reference.config_keys()
+    assert {k.name for k in keys} == {f for cls in SECTIONS.values() for f in cls.__dataclass_fields__}
+    assert not [k.name for k in keys if not k.doc], "config keys without a docstring under the field"
+    page = reference.config_markdown()
+    for key in keys:
+        assert f"| `{key.name}` | `{key.default}` |" in page
+
+
+def test_every_cli_flag_has_help_and_every_command_a_summary():
+    commands = reference.cli_commands()
+    assert {"rlaccel train", "rlaccel bench", "rlaccel demo", "rlaccel export"} <= {c for c, _, _ in commands}
+    undocumented = [f"{command} {flags}" for command, _, parser in commands
+                    for flags, text in reference.cli_options(parser) if not text.strip()]
+    assert not undocumented, f"flags without help: {undocumented}"
+    assert all(summary for _, summary, _ in commands)
+    assert "`--seeds`" in reference.cli_markdown()
+
+
+def test_the_presets_page_lists_every_registered_preset():
+    import rlaccel_plugins as rla
+
+    page = reference.presets_markdown()
+    assert all(f"| `{name}` |" in page for name in rla.preset_names())
+
+
+def test_the_results_page_and_the_readme_table_match_the_results_files():
+    check = subprocess.run([sys.executable, "benchmarks/results_index.py", "--check"], cwd=ROOT,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_readme_is_short_and_nothing_cites_a_file_outside_the_repository():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    assert readme.index("```diff") < 1500  # the drop-in diff is on the first screen
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    outside = re.compile(r"\b(DESIGN|SEED)\.md\b")
+    citing = [p for p in tracked if p.endswith((".py", ".md", ".toml", ".yml", ".yaml"))
+              and p != "tests/test_docs.py" and outside.search((ROOT / p).read_text(errors="replace"))]
+    assert not citing, f"files citing DESIGN.md / SEED.md, which a checkout does not have: {citing}"
