@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.errors import ConfigError
@@ -239,7 +240,7 @@ def _hash_into(digest, obj, place: str, seen: dict[int, object]) -> None:
         return
     if isinstance(obj, np.ndarray) and obj.dtype != object:
         digest.update(f"{place}:{obj.dtype.str}{obj.shape};".encode())
-        digest.update(memoryview(np.ascontiguousarray(obj)).cast("B"))
+        digest.update(np.ascontiguousarray(obj).view(np.uint8).reshape(-1).data)
         return
     if isinstance(obj, np.ndarray):  # of objects (Tianshou's per-env buffers): each element's state
         obj = obj.tolist()
@@ -323,7 +324,7 @@ class StopSignal:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.received: int | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}  # signal.signal's previous handlers
 
     def __enter__(self) -> StopSignal:  # noqa: PYI034 - typing.Self needs Python 3.11
         for sig in self.SIGNALS if self.enabled else ():

@@ -446,9 +446,9 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
 
 def _toml_loads(text: str) -> dict[str, Any]:
     try:
-        import tomllib
+        import tomllib  # type: ignore[import-not-found,unused-ignore]  # Python 3.11+
     except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[no-redef,unused-ignore]
     return tomllib.loads(text)
 
 

@@ -77,7 +77,7 @@ def resolve_auto(config: AccelConfig) -> ResolvedHardware:
     precision = config.precision.dtype
     if precision == AUTO:
         precision = _auto_precision(device)
-    return ResolvedHardware(parallel_envs=envs, device=device, num_threads=threads, precision=precision)
+    return ResolvedHardware(parallel_envs=int(envs), device=device, num_threads=int(threads), precision=precision)
 
 
 def _thread_cap() -> int | None:

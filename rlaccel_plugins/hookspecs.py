@@ -70,7 +70,7 @@ def rlaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 @hookspec
-def rlaccel_env_report() -> dict[str, str]:
+def rlaccel_env_report() -> dict[str, str]:  # type: ignore[empty-body]  # a hook specification
     """Describe this plugin's view of the machine for ``rlaccel env``.
 
     Called once per ``rlaccel env``; answers are shown in plugin registration order.

@@ -64,8 +64,8 @@ def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any)
             source = os.environ["RLACCEL_CONFIG"]
             path = f"{source} (RLACCEL_CONFIG)"
         else:
-            source = find_project_config()
-            path = f"{source} [tool.rlaccel]" if source is not None else None
+            found = find_project_config()
+            source, path = str(found), (f"{found} [tool.rlaccel]" if found is not None else None)
         if path is not None:
             file_values = read_config_file(source)
     name = preset or os.environ.get("RLACCEL_PRESET") or file_values.pop("preset", None) or "default"

@@ -27,8 +27,8 @@ class TrainingProgress:
         self.fields: dict[str, Any] = {}
         self._start = time.perf_counter()
         self._last_draw = 0.0
-        self._rich = None
-        self._task = None
+        self._rich: Any = None  # a rich Progress while one is shown
+        self._task: Any = None
 
     def __enter__(self) -> TrainingProgress:  # noqa: PYI034 - typing.Self needs Python 3.11
         if self.enabled:

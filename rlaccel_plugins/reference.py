@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import itertools
 import json
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
@@ -37,7 +38,7 @@ def _attribute_docs(cls: type) -> dict[str, str]:
     """The docstrings written under a dataclass's fields (the string literal after each field)."""
     body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
     docs = {}
-    for field_node, after in zip(body, body[1:]):
+    for field_node, after in itertools.pairwise(body):
         if (isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name)
                 and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
                 and isinstance(after.value.value, str)):
@@ -57,7 +58,7 @@ def config_keys() -> list[ConfigKey]:
     for section, cls in config_module.SECTIONS.items():
         docs = _attribute_docs(cls)
         for f in fields(cls):
-            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc,operator]
             keys.append(ConfigKey(section, f.name, _yaml_value(default), docs.get(f.name, "")))
     return keys
 

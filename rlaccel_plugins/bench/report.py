@@ -15,8 +15,8 @@ INF = math.inf
 
 
 def _median(values: list[float | None]) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -63,8 +63,8 @@ def measure_task(task: StudyTask, segments: int = 8, segment_steps: int = 2_000,
         if not hasattr(run, "learn_more"):
             return {"skipped": f"{task.framework}'s training run cannot learn in segments (no learn_more)"}
         runs[variant.name] = (run, spec)
-    seconds = {name: [] for name in runs}
-    gradients = {name: [] for name in runs}
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    gradients: dict[str, list[int]] = {name: [] for name in runs}
     names = list(runs)
     for index in range(segments + 1):
         for name in names if index % 2 == 0 else names[::-1]:
@@ -80,7 +80,7 @@ def measure_task(task: StudyTask, segments: int = 8, segment_steps: int = 2_000,
     out = {}
     for name in names:
         per_segment = [segment_steps / s for s in seconds[name]]
-        row = {"env_steps_per_s": float(np.median(per_segment)),
+        row: dict[str, Any] = {"env_steps_per_s": float(np.median(per_segment)),
                "gradient_steps_per_s": float(np.median([g / s for g, s in zip(gradients[name], seconds[name])])),
                "segments": len(per_segment), "segment_env_steps": segment_steps}
         if name != STOCK and STOCK in seconds:

@@ -161,7 +161,7 @@ def run_jobs(jobs: list[Job], workers: int, on_record: Callable[[dict[str, Any]]
     ends — ``status: "ok"`` with the run's data, or ``status: "failed"`` with why (an exception, or the
     process dying: only that run is lost)."""
     context = multiprocessing.get_context("spawn")
-    pending, running = list(jobs), {}
+    pending, running = list(jobs), {}  # type: ignore[var-annotated]
     while pending or running:
         while pending and len(running) < workers:
             job = pending.pop(0)
@@ -181,7 +181,7 @@ def run_jobs(jobs: list[Job], workers: int, on_record: Callable[[dict[str, Any]]
             del running[receive]
             receive.close()
             if status == "ok":
-                record = {**payload, "status": "ok"}
+                record = {**(payload or {}), "status": "ok"}
             else:
                 record = {"task": job.task.key, "variant": job.variant.name, "seed": job.seed, "status": "failed",
                           "error": payload or f"the worker process died (exit code {process.exitcode})"}

@@ -279,12 +279,13 @@ def plot(records: list[dict[str, Any]], stats: dict[str, Any], out: Path) -> lis
     fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.2), squeeze=False)
     for ax, key in zip(axes[0], keys):
         task = stats["tasks"][key]
-        curves, steps = {}, None
+        curves: dict[str, list] = {}
+        steps: list[int] = []
         for record in records:
             if record["task"] != key:
                 continue
             points = record["curve"]
-            steps = [p["env_steps"] for p in points] if steps is None or len(points) > len(steps) else steps
+            steps = [p["env_steps"] for p in points] if len(points) > len(steps) else steps
             curves.setdefault(record["variant"], []).append(
                 ls.normalised([p["mean_reward"] for p in points], task["random"], task["threshold"]))
         length = min(len(c) for cs in curves.values() for c in cs)

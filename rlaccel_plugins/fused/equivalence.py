@@ -38,7 +38,7 @@ class UpdateRecorder:
         self.losses: list[torch.Tensor] = []
         self.gradients: list[list[torch.Tensor | None]] = []
         self._handles: list[Any] = []
-        self._backward = None
+        self._backward: Any = None
 
     def __enter__(self) -> UpdateRecorder:  # noqa: PYI034 - typing.Self needs Python 3.11
         # torch.autograd.backward: what Tensor.backward calls, and what a fused update calls with several
@@ -52,7 +52,7 @@ class UpdateRecorder:
                     losses.append(tensor.detach().clone())
             return original(tensors, *args, **kwargs)
 
-        torch.autograd.backward = recording_backward
+        torch.autograd.backward = recording_backward  # type: ignore[assignment]
         for optimizer in self.optimizers:
             self._handles.append(optimizer.register_step_pre_hook(self._record_gradients))
         return self
@@ -98,6 +98,7 @@ def differences(expected: Any, actual: Any, *, rtol: float = 0.0, atol: float = 
         return [d for i, (e, a) in enumerate(zip(expected, actual))
                 for d in differences(e, a, rtol=rtol, atol=atol, place=f"{place}[{i}]")]
     if isinstance(expected, (float, np.floating)) and isinstance(actual, (float, np.floating)):
+        expected, actual = float(expected), float(actual)
         same = actual == expected or (math.isnan(actual) and math.isnan(expected))  # as tensors: inf and NaN match
         return [] if same or abs(actual - expected) <= atol + rtol * abs(expected) else [f"{place}: {expected!r} vs {actual!r}"]
     return [] if expected == actual else [f"{place or 'value'}: {expected!r} vs {actual!r}"]

@@ -101,7 +101,7 @@ def resolve(target: str) -> Any:
         obj = obj.__func__
     if isinstance(obj, property):
         obj = obj.fget
-    return inspect.unwrap(obj)
+    return inspect.unwrap(obj) if callable(obj) else obj
 
 
 @functools.cache

@@ -28,7 +28,7 @@ import torch
 from rlaccel_plugins.fused.module_cache import global_call_hooks, has_call_hooks
 
 LAYERS: dict[type, Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]] = {
-    torch.nn.Linear: lambda m, x: torch.nn.functional.linear(x, m.weight, m.bias),
+    torch.nn.Linear: lambda m, x: torch.nn.functional.linear(x, m.weight, m.bias),  # type: ignore[arg-type]
     torch.nn.ReLU: lambda m, x: torch.relu(x),
     torch.nn.Tanh: lambda m, x: torch.tanh(x),
 }

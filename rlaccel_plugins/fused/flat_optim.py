@@ -203,7 +203,7 @@ def _step_group(optimizer: torch.optim.Optimizer, index: int, group: dict,
         state = optimizer.state.get(params[i])
         if not layout.bound(state, i):  # new, or loaded from elsewhere
             state = layout.bind(optimizer, i)
-        steps.append(state["step"])
+        steps.append(state["step"])  # type: ignore[index]  # bound or just bound
     torch._foreach_add_(steps, _ONE, alpha=1.0)  # as PyTorch increments CPU step counts
     lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
     if type(optimizer) is torch.optim.RMSprop:  # no bias correction: one run over every stepped parameter
@@ -250,7 +250,7 @@ def _step_run(layout: _Layout, params: list[torch.Tensor], run: list[int], count
     torch.sqrt(exp_avg_sq, out=denom)
     denom.div_((1 - beta2 ** count) ** 0.5)
     denom.add_(eps)
-    torch._foreach_addcdiv_(members, [views[0] for views in layout.moment_views[first:last]],
+    torch._foreach_addcdiv_(members, [views[0] for views in layout.moment_views[first:last]],  # type: ignore[index]
                             layout.denom_views[first:last], step_size)
 
 

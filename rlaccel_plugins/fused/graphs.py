@@ -99,7 +99,7 @@ class StepGraphs:
         self._graphs: dict[Hashable, tuple[torch.cuda.CUDAGraph, tuple, tuple, list]] = {}
         self._seen: dict[Hashable, int] = {}
         self._kernels: OptimizerKernels | None = None
-        self._lifted: list[tuple[torch.optim.Optimizer, OrderedDict]] = []
+        self._lifted: list[tuple[torch.optim.Optimizer, Any]] = []
         self._counts: torch.Tensor | None = None  # guard counters on the device: guarded, skipped, clipped
         self._stepped: list[torch.optim.Optimizer] = []  # the optimizers the step being recorded stepped
 
@@ -170,7 +170,7 @@ class StepGraphs:
         self._stepped.append(optimizer)
         found_inf = self._device_guard(optimizer) if self.guard is not None else None
         if found_inf is not None:
-            optimizer.found_inf = found_inf
+            optimizer.found_inf = found_inf  # type: ignore[attr-defined]  # read by the fused step kernels
         try:
             type(optimizer).step(optimizer)  # not an instance override (the host-side guard)
         finally:

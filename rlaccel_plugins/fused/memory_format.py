@@ -62,7 +62,7 @@ class ChannelsLast:
     def __init__(self, modules: Iterable[torch.nn.Module],
                  optimizers: Iterable[torch.optim.Optimizer] = (),
                  frame_inputs: Iterable[torch.nn.Module] = ()) -> None:
-        self._weights: list[torch.nn.Parameter] = []  # converted from contiguous: put back on remove()
+        self._weights: list[torch.Tensor] = []  # converted from contiguous: put back on remove()
         self._hooks = []
         seen: set[int] = set()
         for root in modules:

@@ -86,7 +86,8 @@ class _Snapshot:
     def unchanged(self) -> bool:
         return not (self.hooked or global_call_hooks() or any(self.hook_dicts)) \
             and list(map(len, self.containers)) == self.lengths \
-            and all(map(operator.is_, itertools.chain.from_iterable(map(dict.values, self.containers)), self.entries))
+            and all(map(operator.is_, itertools.chain.from_iterable(map(dict.values, self.containers)),  # type: ignore[arg-type]
+                        self.entries))
 
 
 _SNAPSHOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

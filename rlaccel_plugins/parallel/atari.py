@@ -48,7 +48,7 @@ class AtariOptions:
                                  screen_size=self.screen_size, terminal_on_life_loss=self.episodic_life,
                                  grayscale_obs=True)
         if self.reward_clip:
-            env = TransformReward(env, lambda r: float(np.sign(r)))
+            env = TransformReward(env, lambda r: float(np.sign(float(r))))
         return FrameStackObservation(env, self.stack)
 
 

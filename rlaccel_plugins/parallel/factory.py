@@ -125,7 +125,7 @@ def build_builtin_env(env_id: str, num_envs: int, backend: str, seed: int, env_k
     mode = env_kwargs.pop("vectorization_mode", "async" if atari is not None else "sync")
     if atari is not None:  # emulators are slow enough to pay for processes
         make = [lambda: atari.gymnasium_env(env_id) for _ in range(num_envs)]
-        env = gym.vector.AsyncVectorEnv(make) if mode == "async" else gym.vector.SyncVectorEnv(make)
+        env: Any = gym.vector.AsyncVectorEnv(make) if mode == "async" else gym.vector.SyncVectorEnv(make)
         env.reset(seed=seed)
         return _seeded_spaces(env, seed)
     try:

@@ -76,7 +76,8 @@ class TieredReplay:
         if not _sized(level_capacity):
             raise invalid("level_capacity", "be a list of positive integers", level_capacity)
         self.config = ReplayBufferConfig(levels=len(level_capacity),
-                                         level_capacity=level_capacity, sampling_ratio=sampling_ratio,
+                                         level_capacity=level_capacity,  # type: ignore[arg-type]  # validated there
+                                         sampling_ratio=sampling_ratio,  # type: ignore[arg-type]
                                          ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
                                          importance_beta=importance_beta, dedup_frames=dedup_frames,
                                          sampling=sampling, **scheme)
@@ -86,8 +87,9 @@ class TieredReplay:
         self.pos = 0          # next row to write
         self.full = False
         self.added = 0        # transitions added since creation (drives the anneal schedule)
-        self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None
-        self.storage: RingStorage | None = None
+        # None until the first add() or allocate(); typed as what the add/sample paths read
+        self.specs: dict[str, tuple[tuple[int, ...], np.dtype]] = None  # type: ignore[assignment]
+        self.storage: RingStorage = None  # type: ignore[assignment]
         self.frames: FrameStackStorage | None = None
 
     @classmethod
@@ -210,12 +212,13 @@ class TieredReplay:
         obs_spec, next_spec = specs.get(OBS), specs.get(NEXT_OBS)
         pixels = obs_spec is not None and obs_spec == next_spec
         if dedup == AUTO:
-            dedup = pixels and obs_spec[1] == np.uint8 and len(obs_spec[0]) == 3
+            dedup = pixels and obs_spec is not None and obs_spec[1] == np.uint8 and len(obs_spec[0]) == 3
         elif dedup and not pixels:
             raise ConfigError("dedup_frames=True needs fields 'obs' and 'next_obs' of the same shape and dtype, "
                               f"got obs={obs_spec} next_obs={next_spec}. Pass dedup_frames=False.")
         plain = {k: v for k, v in specs.items() if not (dedup and k in (OBS, NEXT_OBS))}
-        self.frames = FrameStackStorage(self.layout.total_rows, self.num_envs, *obs_spec) if dedup else None
+        self.frames = FrameStackStorage(self.layout.total_rows, self.num_envs, *obs_spec) \
+            if dedup and obs_spec is not None else None
         self.storage = RingStorage(self.layout.total_rows, self.num_envs, plain)
         self.specs = specs
         self._expected = {name: ((self.num_envs, *shape), dtype) for name, (shape, dtype) in specs.items()}
@@ -327,7 +330,7 @@ class TieredReplay:
             raise ValueError(f"state must come from a buffer with the same layout, got config={state['config']} "
                              f"num_envs={state['num_envs']}; this buffer has config={self.config} "
                              f"num_envs={self.num_envs}. Build the buffer with the saved settings.")
-        self.specs = None
+        self.specs = None  # type: ignore[assignment]
         if state["specs"] is not None:
             self.allocate(state["specs"])
             self.storage.load_state_dict(state["storage"])

@@ -125,7 +125,8 @@ class TieredSampler:
         stored = filled * self.layout.num_envs
         drawable = (probs > 0) & (stored > 0)
         per_level = np.zeros_like(probs)
-        per_level[drawable] = (stored.sum() * probs[drawable] / stored[drawable]) ** -self.importance_beta
+        beta = float(self.importance_beta or 0.0)  # only called with weights on
+        per_level[drawable] = (stored.sum() * probs[drawable] / stored[drawable]) ** -beta
         return (per_level[levels] / per_level[drawable].max()).astype(np.float32)
 
     def state_dict(self) -> dict:
@@ -149,5 +150,5 @@ def seed_from_numpy_global_state() -> int:
         >>> a == b and x == y
         True
     """
-    _, keys, position, *_ = np.random.get_state()
-    return int(np.random.SeedSequence([*keys.tolist(), int(position)]).generate_state(1, np.uint64)[0])
+    _, keys, position, *_ = np.random.get_state(legacy=True)  # type: ignore[misc]  # the legacy tuple
+    return int(np.random.SeedSequence([*np.asarray(keys).tolist(), int(position)]).generate_state(1, np.uint64)[0])

@@ -46,7 +46,8 @@ class RingStorage:
         (the rest zero-filled, as a fresh buffer allocates it)."""
         out = copy.copy(self)
         out.arrays = {name: array[:rows] for name, array in self.arrays.items()}
-        out._full_rows = next(iter(self.arrays.values())).shape[0] if self.arrays else 0
+        out._full_rows = next(  # type: ignore[attr-defined]  # read back by __setstate__
+            iter(self.arrays.values())).shape[0] if self.arrays else 0
         return out
 
     def __setstate__(self, state: dict) -> None:
@@ -175,7 +176,7 @@ class FrameStackStorage:
             return self
         out = copy.copy(self)
         out.frames, out.obs_ids, out.next_ids = self.frames[: self.head], self.obs_ids[:rows], self.next_ids[:rows]
-        out._full = (len(self.frames), len(self.obs_ids))
+        out._full = (len(self.frames), len(self.obs_ids))  # type: ignore[attr-defined]  # for __setstate__
         return out
 
     def __setstate__(self, state: dict) -> None:

@@ -44,7 +44,7 @@ class GradientGuard:
         self.skip_nonfinite = skip_nonfinite or loss_scaler is not None
         self.restore_last_good = restore_last_good
         self.loss_scaler = loss_scaler
-        self.stats = {"skipped_steps": 0, "clipped_steps": 0, "guarded_steps": 0, "restored_steps": 0}
+        self.stats: dict[str, float] = {"skipped_steps": 0, "clipped_steps": 0, "guarded_steps": 0, "restored_steps": 0}
         self._originals: dict[int, tuple[Any, Any]] = {}
 
     @classmethod
@@ -88,9 +88,9 @@ class GradientGuard:
                             "(%d restored so far)", self.stats["restored_steps"])
             return result
 
-        guarded_step.rlaccel_guard = self  # how rlaccel's own step kernels find the check to run first
+        guarded_step.rlaccel_guard = self  # type: ignore[attr-defined]  # how rlaccel's step kernels find the check
         self._originals[id(optimizer)] = (optimizer, original)
-        optimizer.step = guarded_step
+        optimizer.step = guarded_step  # type: ignore[method-assign]
 
     def wraps_class_step(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether this guard's wrapper of ``optimizer.step`` calls the optimizer class's own ``step``."""

@@ -76,11 +76,11 @@ class LossScaler:
                 for handle in handles:
                     handle.remove()
 
-        torch.Tensor.backward = scaled_backward
+        torch.Tensor.backward = scaled_backward  # type: ignore[method-assign,assignment]
         try:
             yield self
         finally:
-            torch.Tensor.backward = original
+            torch.Tensor.backward = original  # type: ignore[method-assign]
 
 
 def _leaves(tensor: torch.Tensor) -> list[torch.Tensor]:

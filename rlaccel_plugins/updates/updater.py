@@ -71,7 +71,8 @@ class SparseDenseUpdater:
 
     def __init__(self, sparse_update_interval: int = 100, dense_layers: Sequence[int | str] = (-3, -2, -1), *,
                  measure_flops: bool = True, whole_network: str = "warn") -> None:
-        checked = TrainingConfig(sparse_update_interval=sparse_update_interval, dense_layers=dense_layers)
+        checked = TrainingConfig(sparse_update_interval=sparse_update_interval,
+                                 dense_layers=dense_layers)  # type: ignore[arg-type]  # validated there
         if whole_network not in ("warn", "info"):
             raise ConfigError(f"whole_network must be 'warn' or 'info', got whole_network={whole_network!r}.")
         self.whole_network = whole_network
@@ -188,16 +189,16 @@ class SparseDenseUpdater:
         """
         out: dict[str, float] = {"full_updates": sum(a.full_updates for a in self.attachments),
                                  "dense_updates": sum(a.dense_updates for a in self.attachments)}
-        measured = [a for a in self.attachments if a.flops is not None]
+        measured = [(a, a.flops) for a in self.attachments if a.flops is not None]
         if measured:
-            fwd = sum(a.flops.forward for a in measured)
-            full = sum(a.flops.backward_full for a in measured)
-            dense = sum(a.flops.backward_dense for a in measured)
+            fwd = sum(f.forward for _, f in measured)
+            full = sum(f.backward_full for _, f in measured)
+            dense = sum(f.backward_dense for _, f in measured)
             out.update(flops_forward=fwd, flops_backward_full=full, flops_backward_dense=dense,
                        backward_saved_fraction=1.0 - dense / full if full else 0.0,
                        step_flops_ratio=(fwd + dense) / (fwd + full) if fwd + full else 1.0,
-                       backward_flops_saved=sum(a.dense_updates * (a.flops.backward_full - a.flops.backward_dense)
-                                                for a in measured))
+                       backward_flops_saved=sum(a.dense_updates * (f.backward_full - f.backward_dense)
+                                                for a, f in measured))
         return out
 
     def state_dict(self) -> dict[str, Any]:
