@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # rlaccel's GPU checks, as one prepared run for a lent GPU machine (about 5 minutes on one H200):
-#   1. the CUDA-graph equivalence tests (tests/test_sb3_cuda_graphs.py): stock SB3 vs the graphed
+#   1. the CUDA-graph equivalence tests (tests/equivalence/test_sb3_cuda_graphs.py): stock SB3 vs the graphed
 #      fused train() on the GPU, the sparse/dense phases and the device-side NaN skip;
 #   2. benchmarks/gpu_bench.py: gradient steps/s, stock vs fused eager vs fused + CUDA graphs
 #      (DQN, SAC, TD3 256-256; NatureCNN DQN at batch 32 and 512), and learn() end to end;
@@ -21,8 +21,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c "import torch, stable_baselines3 as sb3; print('torch', torch.__version__, '| SB3', sb3.__version__)" \
     | tee -a "$OUT/machine.txt"
 status=0
-timeout 240 python3 -m pytest -q -p no:cacheprovider -s -o addopts="" tests/test_sb3_cuda_graphs.py \
-    tests/test_sb3_collection.py::test_lean_collection_is_sb3s_collection_on_cuda 2>&1 \
+timeout 240 python3 -m pytest -q -p no:cacheprovider -s -o addopts="" tests/equivalence/test_sb3_cuda_graphs.py \
+    tests/equivalence/test_sb3_collection.py::test_lean_collection_is_sb3s_collection_on_cuda 2>&1 \
     | tee "$OUT/equivalence.log" || status=1
 timeout 300 python3 benchmarks/gpu_bench.py --learn "$@" 2>&1 | tee "$OUT/gpu_bench.log" || status=1
 if python3 -c "import tensorrt" 2>/dev/null; then

@@ -2,7 +2,7 @@
 docstring in :mod:`rlaccel_plugins.config`), every registered preset, every CLI command and flag.
 
 The docs site calls these through its build hook (``docs/hooks.py``), so a page never copies a
-default or a flag by hand; ``tests/test_docs.py`` fails when a key or a flag has no documentation.
+default or a flag by hand; ``tests/core/test_docs.py`` fails when a key or a flag has no documentation.
 
 Examples:
     >>> from rlaccel_plugins.reference import config_keys

@@ -7,7 +7,7 @@ addcdiv) loops over the parameter tensors, one kernel call of a few µs each, so
 tensors cost about 50 calls per Adam step — more than the arithmetic of an RL-sized network. The stages
 are elementwise: each element is computed alone, from the same inputs, by the same kernel, so running
 each stage once over a buffer that holds every parameter's moments gives the same bits
-(``tests/test_flat_optim.py`` compares every parameter and state tensor with PyTorch's own step, bit for
+(``tests/equivalence/test_flat_optim.py`` compares every parameter and state tensor with PyTorch's own step, bit for
 bit, over many steps, with weight decay, AdamW, RMSprop, parameters that skip steps, state loaded from a
 checkpoint).
 

@@ -4,7 +4,7 @@ On the CPU, oneDNN runs a ``Conv2d`` faster on NHWC ("channels-last") tensors th
 NCHW: the `atari` preset's NatureCNN DQN step at batch 512 took 0.78x its time with the network and
 the frames in channels-last (``benchmarks/cnn_step_bench.py``). The sums then run in another order, so
 the results are not bit for bit the contiguous ones: an opt-in with a tolerance, as
-``training.fused_optimizer`` is (``tests/test_channels_last.py`` states it).
+``training.fused_optimizer`` is (``tests/equivalence/test_channels_last.py`` states it).
 
 :class:`ChannelsLast` converts the weight of every ``Conv2d`` under the given modules (the same
 ``Parameter`` objects, their data replaced, so optimizers and references keep working; gradients and

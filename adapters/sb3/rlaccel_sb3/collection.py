@@ -11,7 +11,7 @@ and its per-env samples when exploring, action noise, the [-1, 1] rescaling of B
 differs only where no result depends on it: the eval-mode walk only when the policy is not in eval
 mode already, and a plain Box observation (not an image, not a dict) of the VecEnv's shape used as a
 tensor view instead of copied and re-checked. ``AccelerateCallback`` installs it for ``learn()``
-(``training.fused_collection``); equivalence is tested step by step in ``tests/test_sb3_collection.py``.
+(``training.fused_collection``); equivalence is tested step by step in ``tests/equivalence/test_sb3_collection.py``.
 
 On-policy (PPO, A2C), ``collect_rollouts`` calls ``policy(obs)`` once per vector step:
 :func:`lean_policy_forward_for` gives an MLP policy with Discrete or Box actions a ``forward`` of the

@@ -19,7 +19,7 @@ loss, ``.item()``, backward, clip, step):
   ops, without module calls or distribution objects (``rlaccel_sb3.flat_actor_critic``).
 
 Equal to SB3's ``train()``, tested step by step (losses, gradients, parameters, optimizer state, RNG):
-see ``tests/test_sb3_fused.py`` for the tolerance and where the op order differs.
+see ``tests/equivalence/test_sb3_fused.py`` for the tolerance and where the op order differs.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
     (checked on the device there). With ``fused_optimizer=True`` (``training.fused_optimizer``) the
     optimizers step with PyTorch's single-kernel ``fused=True`` implementation instead of the multi-tensor
     one: faster on the CPU, rounded differently (equal to SB3's within the tolerance
-    ``tests/test_sb3_fused.py`` states). The returned function's ``release()`` drops the graphs and puts
+    ``tests/equivalence/test_sb3_fused.py`` states). The returned function's ``release()`` drops the graphs and puts
     the optimizers' kernels back (the callback calls it when it removes the override).
     """
     from stable_baselines3 import A2C, DQN, PPO, SAC, TD3

@@ -22,7 +22,7 @@ each one SB3's code with the same calls, values and random draws:
 
 ``AccelerateCallback`` installs them for ``learn()`` (``training.fused_collection``); each is left
 out where the model's class overrides the method it replaces. Equivalence is tested step by step in
-``tests/test_sb3_collection.py``.
+``tests/equivalence/test_sb3_collection.py``.
 """
 
 from __future__ import annotations

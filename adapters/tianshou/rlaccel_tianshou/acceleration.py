@@ -133,7 +133,7 @@ class SparseDenseWrapperFactory(AlgorithmWrapperFactory):
 def with_rlaccel(builder: Any, preset: str | None = None, *, tiered_replay: bool = True, sparse: bool = True):
     """Switch an existing high-level Tianshou experiment builder to rlaccel with one call.
 
-    Example (``tests/test_tianshou_adapter.py`` runs a whole experiment)::
+    Example (``tests/tianshou/test_tianshou_adapter.py`` runs a whole experiment)::
 
         experiment = with_rlaccel(DQNExperimentBuilder(env_factory, config, ...), "classic_control").build()
     """

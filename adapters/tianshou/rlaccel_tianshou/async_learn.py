@@ -35,7 +35,7 @@ def learn_async(algorithm: Any, envs: Any, buffer: Any, steps: int, *, batch_siz
     ``on_chunk(env_steps, collect_stats)`` is called by the learner after each stored chunk (for
     schedules, logging, evaluation); ``should_stop()`` ends training early.
 
-    Example (not run as a doctest: it trains for minutes; ``tests/test_tianshou_adapter.py`` runs it)::
+    Example (not run as a doctest: it trains for minutes; ``tests/tianshou/test_tianshou_adapter.py`` runs it)::
 
         learn_async(dqn, DummyVectorEnv([...] * 10), TieredVectorReplayBuffer(20_000, 10), 50_000)
     """

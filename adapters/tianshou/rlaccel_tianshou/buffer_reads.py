@@ -5,7 +5,7 @@ A ``VectorReplayBuffer`` of 10 sub-buffers samples a batch with one ``RandomStat
 p=lengths)`` and then, per sub-buffer, a ``choice(size, n)`` from that sub-buffer's own
 ``RandomState``: eleven ``choice`` calls of ~20 µs of argument checks each, ~250 µs per update here.
 :func:`sample_indices` makes the draws ``choice`` makes — ``random_sample`` against the cumulative
-probabilities, ``randint`` for a uniform pick (``tests/test_tianshou_fused.py`` checks both against
+probabilities, ``randint`` for a uniform pick (``tests/equivalence/test_tianshou_fused.py`` checks both against
 ``choice`` itself) — on the same ``RandomState`` objects in the same order, so the indices and every
 random state after the call are Tianshou's. :func:`unfinished_index` reads each sub-buffer's last
 index from the manager's arrays instead of one call per sub-buffer.

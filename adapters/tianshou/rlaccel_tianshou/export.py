@@ -76,7 +76,7 @@ def action_module(policy: Any) -> torch.nn.Module:
 def export_policy(policy: Any, observation_space: spaces.Box, path: str | Path, check: int = 1000) -> dict[str, Any]:
     """Export ``policy``'s deterministic action to ``path``; check ``check`` observations in onnxruntime.
 
-    Example (``tests/test_export.py`` runs it for DQN, PPO and SAC policies)::
+    Example (``tests/core/test_export.py`` runs it for DQN, PPO and SAC policies)::
 
         report = export_policy(algorithm.policy, env.observation_space, "policy.onnx")
     """

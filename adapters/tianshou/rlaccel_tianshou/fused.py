@@ -16,7 +16,7 @@ Polyak target update in three multi-tensor ops with Tianshou's rounding. Tiansho
 Linear/ReLU/Tanh layers are called as the same tensor ops without their module calls (each ``Net`` call
 is four modules deep and lists the network's parameters to find its device), where no forward hook is
 registered. Equal to Tianshou's update,
-tested step by step (``tests/test_tianshou_fused.py``).
+tested step by step (``tests/equivalence/test_tianshou_fused.py``).
 
 Fused: ``DQN`` (plain and double, Huber or MSE, any n-step, with or without a target network) and
 ``QRDQN`` on a Tianshou ``Net``; ``DDPG``, ``TD3`` and ``SAC`` (fixed or auto-tuned alpha) with

@@ -195,7 +195,7 @@ def test_every_config_field_is_read_outside_config_py():
     import dataclasses
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     read = set()
     for path in [*root.glob("rlaccel_plugins/**/*.py"), *root.glob("adapters/*/rlaccel_*/**/*.py")]:
         if path.name == "config.py":

@@ -2,6 +2,7 @@
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from rlaccel_plugins.bench.suites import SUITES, get_suite
 from rlaccel_plugins.cli import main
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.training import update_cadence
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _record(variant, role, seed, seconds, steps=1000, train_seconds=10.0):
@@ -179,16 +182,17 @@ def test_the_host_meter_sees_a_busy_process_that_is_not_the_suites():
     assert summary["others_cores"] > 0.3
 
 
-def test_the_results_index_names_every_results_folder_and_where_the_readme_cites_it():
+def test_the_results_index_names_every_results_folder_and_the_pages_that_cite_it(monkeypatch):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("results_index", Path(__file__).parents[1] / "benchmarks/results_index.py")
+    spec = importlib.util.spec_from_file_location("results_index", ROOT / "benchmarks/results_index.py")
     index = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "results_index", index)  # its dataclasses look their module up
     spec.loader.exec_module(index)
-    text = index.build()
-    folders = [p.name for p in index.RESULTS.iterdir() if p.is_dir()]
+    text = index.build_index()
+    folders = [p.name for p in index.RESULTS.iterdir() if p.is_dir() and p.name != "archive"]
     assert folders and all(f"## `{name}/`" in text for name in folders)
     assert "`python benchmarks/allocator_bench.py" in text  # a text file's own command line
-    assert index.readme_sections("allocator", "## A\nsee `benchmarks/results/allocator/`\n## B\nnothing") == ["A"]
-    assert index.readme_sections("atari-fps", "## A\nresults/atari-fps-lean/") == []  # a longer name is another folder
-    assert index.readme_sections("quick-dropin-off", "## A\nruns (`quick-dropin-off*/`)") == ["A"]
+    assert index.cited_by("allocator", {"a.md": "see `benchmarks/results/allocator/`", "b.md": "nothing"}) == ["a.md"]
+    assert index.cited_by("atari-fps", {"a.md": "results/atari-fps-lean/"}) == []  # a longer name is another folder
+    assert index.cited_by("quick-dropin-off", {"a.md": "runs (`quick-dropin-off*/`)"}) == ["a.md"]

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from rlaccel_plugins.fused import differences
-from tests.test_sb3_fused import _filled
+from tests.equivalence.test_sb3_fused import _filled
 
 pytestmark = [pytest.mark.needs("stable_baselines3", "sb3_contrib"),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")]

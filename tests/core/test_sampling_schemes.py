@@ -7,7 +7,7 @@ from scipy import stats
 import rlaccel_plugins as rla
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.replay import CerSampler, EreSampler, TierLayout, UniformSampler, make_sampler
-from tests.test_replay import vector_transition
+from tests.core.test_replay import vector_transition
 
 
 def uniform_over(values: np.ndarray, size: int) -> bool:

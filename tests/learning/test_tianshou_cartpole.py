@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tianshou_dqn_cartpole.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tianshou_dqn_cartpole.py"
 NUM_ENVS = 10  # the example's
 
 

@@ -259,7 +259,7 @@ def test_the_drop_in_trains_a_lazy_layer_as_sb3_does_bit_for_bit(algo):
     from stable_baselines3 import DQN, SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from tests.test_sb3_collection import _lazy_features
+    from tests.equivalence.test_sb3_collection import _lazy_features
 
     cls, env = {"DQN": (DQN, "CartPole-v1"), "SAC": (SAC, "Pendulum-v1")}[algo]
 

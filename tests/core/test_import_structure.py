@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"rlaccel_plugins": ROOT / "rlaccel_plugins", "rlaccel_sb3": ROOT / "adapters/sb3/rlaccel_sb3",
             "rlaccel_tianshou": ROOT / "adapters/tianshou/rlaccel_tianshou"}
 FRAMEWORKS = ("stable_baselines3", "sb3_contrib", "tianshou", "rl_zoo3")

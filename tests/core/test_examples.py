@@ -9,14 +9,14 @@ import pytest
 
 pytestmark = [pytest.mark.needs("stable_baselines3", "tianshou", "envpool"), pytest.mark.slow]
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 NUMBER = r"-?\d+(\.\d+)?"
 
 
 # each example's summary line, with what its budget must have done; tianshou_dqn_cartpole.py runs to 475 in
-# tests/test_tianshou_cartpole.py
+# tests/learning/test_tianshou_cartpole.py
 @pytest.mark.parametrize("script, args, summary", [
     ("sb3_dqn_cartpole.py", ["--steps", "1500"],
      (rf"CartPole-v1 DQN \+ rlaccel: 1500 steps, evaluation {NUMBER} ± {NUMBER}; levels \[15\d\d, 0\]; "

@@ -11,7 +11,7 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
 from stable_baselines3.common.env_util import make_vec_env
 
-ZOO_YAML = Path(__file__).resolve().parents[1] / "examples" / "zoo" / "dqn.yml"
+ZOO_YAML = Path(__file__).resolve().parents[2] / "examples" / "zoo" / "dqn.yml"
 
 
 def test_rl_zoo_yaml_switches_rlaccel_on_without_code(tmp_path):
