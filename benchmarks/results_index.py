@@ -256,6 +256,25 @@ def learning_section() -> str:
     return "\n".join(lines)
 
 
+def suite_section() -> str:
+    """The maintained scripts, each with the first sentence of its docstring."""
+    import ast
+
+    lines = ["## The maintained suite", "",
+             ("Besides `rlaccel bench` (its suites, the learning study and the speed measure: [the CLI](cli.md)), "
+              "these scripts in `benchmarks/` are maintained: each runs in CI at a tiny size as a smoke test. "
+              "Finished one-offs are in `benchmarks/investigations/`, with what they found in a "
+              "[dated note](notes/investigations.md)."), "",
+             "| script | what it measures |", "|---|---|"]
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        if path.name in ("__init__.py", "results_index.py"):
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        first = " ".join(doc.split("\n\n")[0].split())
+        lines.append(f"| `{path.name}` | {first.replace('|', '&#124;')} |")
+    return "\n".join(lines) + "\n"
+
+
 def build_results_page() -> str:
     figures = current_figures()
     return "\n".join([
@@ -267,6 +286,7 @@ def build_results_page() -> str:
         "2-core VMs these ran on are noisy: compare ratios within a run, not absolute rates across runs."), "",
         "## Current figures", "", figures_table(figures, REPO), "",
         learning_section(),
+        suite_section(),
         "## History", "",
         (f"Every results folder, older runs included, with the command that wrote it: [INDEX.md]({REPO}"
         f"{INDEX.relative_to(ROOT)}). Measurements made before the learning study, with single seeds and "

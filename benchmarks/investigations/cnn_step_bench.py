@@ -16,8 +16,8 @@ full update and as the preset's sparse one (``dense_layers=[-3, -2, -1]``: the f
 frozen), in one process, interleaved rounds, default allocator.
 
 Usage:
-    python benchmarks/cnn_step_bench.py [--rounds 3] [--steps 6]
-    python benchmarks/cnn_step_bench.py --phases [--rounds 4]
+    python -m benchmarks.investigations.cnn_step_bench [--rounds 3] [--steps 6]
+    python -m benchmarks.investigations.cnn_step_bench --phases [--rounds 4]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import argparse
 import statistics
 
 import torch
-from allocator_bench import run
+from benchmarks.investigations.allocator_bench import run
 
 SETUP = """
 import gymnasium as gym, numpy as np

@@ -7,7 +7,7 @@ included. Reported: ms per step (median of 3 interleaved rounds of 200 steps) an
 which a run pays once per graph (and again for each sparse/dense phase, each a different graph).
 
 Usage:
-    python benchmarks/compile_bench.py
+    python -m benchmarks.investigations.compile_bench
 """
 
 from __future__ import annotations

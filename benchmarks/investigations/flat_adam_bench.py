@@ -14,7 +14,7 @@ step changes in the fused updates that use it.
    rounds — the same code otherwise.
 
 Usage:
-    python benchmarks/flat_adam_bench.py [--rounds 7] [--steps 64] [--all-floats]
+    python -m benchmarks.investigations.flat_adam_bench [--rounds 7] [--steps 64] [--all-floats]
 """
 
 from __future__ import annotations
@@ -119,11 +119,7 @@ def _flat(on: bool, call):
 
 
 def update_rows(steps: int, rounds: int) -> None:
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    import fused_bench
+    from benchmarks import fused_bench
     from rlaccel_sb3.fused import fused_train_for
 
     print(f"\nms per gradient step, median of {rounds} interleaved rounds of {steps} steps")

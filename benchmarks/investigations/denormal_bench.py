@@ -11,7 +11,7 @@
    whether their weights are still bit-identical.
 
 Usage:
-    python benchmarks/denormal_bench.py [--steps 12000] [--segments 6] [--parts census,ops,flush]
+    python -m benchmarks.investigations.denormal_bench [--steps 12000] [--segments 6] [--parts census,ops,flush]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ at process start) keep them on the heap. Each workload runs in fresh child proce
 and without the two variables, and the script prints the median ms per step of each and their ratio.
 
 Usage:
-    python benchmarks/allocator_bench.py [--rounds 3] [--steps 6]
+    python -m benchmarks.investigations.allocator_bench [--rounds 3] [--steps 6]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ run). Env steps to threshold are reproducible per seed, so they compare with the
 records: does the tiered preset's recency cost env steps, or is it the random stream?
 
 Usage:
-    python benchmarks/dropin_off_seeds.py --env Acrobot-v1 --seeds 5 --steps 60000
+    python -m benchmarks.investigations.dropin_off_seeds --env Acrobot-v1 --seeds 5 --steps 60000
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ heap: the process's history, not the code path's arithmetic. This script shows w
 a process that holds both models, and with ``--only`` in a process of its own.
 
 Usage:
-    python benchmarks/page_faults.py [--rounds 4] [--steps 64] [--only stock|fused]
+    python -m benchmarks.investigations.page_faults [--rounds 4] [--steps 64] [--only stock|fused]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import resource
 import statistics
 import time
 
-from fused_bench import build
+from benchmarks.fused_bench import build
 
 
 def faults() -> int:

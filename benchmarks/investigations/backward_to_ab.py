@@ -8,7 +8,7 @@ interleaved (rounds alternate who goes first), and prints the median ms per grad
 and their ratio (the first round of each is a warm-up and left out).
 
 Usage:
-    python benchmarks/backward_to_ab.py [--rounds 9] [--steps 64]
+    python -m benchmarks.investigations.backward_to_ab [--rounds 9] [--steps 64]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import statistics
 import time
 
-import fused_bench
+from benchmarks import fused_bench
 import torch
 
 

@@ -1,0 +1,44 @@
+"""The maintained benchmark suite runs: each script at a tiny size, as a smoke test (seconds, not a
+timing: nothing here is asserted about speed). ``gpu_bench.py`` needs CUDA (``benchmarks/gpu_check.sh``
+runs it on a GPU machine) and ``ray_scaling.py`` starts a Ray cluster per run (half a minute), so
+both are only checked to parse their arguments. The finished one-offs in ``benchmarks/investigations/``
+are not maintained and not run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TINY = {
+    "checkpoint_size.py": ["--steps", "64"],
+    "collect_bench.py": ["--envs", "2", "--steps", "64", "--rounds", "1"],
+    "dropin_learn.py": ["--steps", "512", "--segment", "256"],
+    "fused_bench.py": ["--steps", "2", "--rounds", "1", "--algos", "dqn", "--no-ppo", "--frameworks", "sb3"],
+    "grad_norm_bench.py": [],
+    "replay_bench.py": ["--capacity-scale", "0.01", "--episode", "50", "--repeats", "2"],
+    "sb3_overhead.py": ["--env-steps", "64", "--grad-steps", "4", "--rounds", "1"],
+    "tianshou_overhead.py": ["--env-steps", "64", "--rounds", "1", "--atari-size", "256"],
+    "update_overheads.py": ["--rounds", "1", "--number", "2"],
+    "updates_bench.py": ["--batch-sizes", "32", "--steps", "2", "--rounds", "1"],
+    "async_bench.py": ["--steps", "512", "--rounds", "1", "--frameworks", "sb3"],
+    "gpu_bench.py": ["--help"],
+    "ray_scaling.py": ["--help"],
+}
+
+
+def test_every_maintained_benchmark_has_a_smoke_run():
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {"__init__.py", "results_index.py"}
+    assert scripts == set(TINY), f"add the new benchmark to TINY (or move it to investigations/): {scripts ^ set(TINY)}"
+
+
+@pytest.mark.parametrize("script", sorted(TINY))
+def test_the_benchmark_runs_at_a_tiny_size(script, tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *TINY[script]], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert run.stdout.strip(), "it printed nothing"
