@@ -17,8 +17,9 @@ import argparse
 import statistics
 import time
 
-from benchmarks import fused_bench
 import torch
+
+from benchmarks import fused_bench
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import argparse
 import statistics
 
 import torch
+
 from benchmarks.investigations.allocator_bench import run
 
 SETUP = """

@@ -119,8 +119,9 @@ def _flat(on: bool, call):
 
 
 def update_rows(steps: int, rounds: int) -> None:
-    from benchmarks import fused_bench
     from rlaccel_sb3.fused import fused_train_for
+
+    from benchmarks import fused_bench
 
     print(f"\nms per gradient step, median of {rounds} interleaved rounds of {steps} steps")
     print(f"{'update':<34} {'multi-tensor':>12} {'flat':>8} {'flat/multi':>11}")
