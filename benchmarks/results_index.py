@@ -23,6 +23,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlaccel_plugins.bench.study import study_commands
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 INDEX = RESULTS / "INDEX.md"
@@ -198,7 +200,7 @@ def study_figures() -> list[Figure]:
                               str((STUDY / "speed.json").relative_to(ROOT))))
         if pair:
             out.append(Figure(f"{task}: learning, P(drop-in > stock), {row['runs']} seeds", _ci(pair),
-                              study["command"], speed["machine"].split(",")[0], study["updated"][:10],
+                              " && ".join(study_commands(study)), speed["machine"].split(",")[0], study["updated"][:10],
                               str((STUDY / "stats.json").relative_to(ROOT))))
     return out
 
@@ -232,7 +234,7 @@ def learning_section() -> str:
     stats = json.loads((STUDY / "stats.json").read_text())
     study = json.loads((STUDY / "study.json").read_text())
     lines = ["## Learning study", "",
-             (f"`{study['command']}`, then `rlaccel bench --suite speed --study learning-quick`; the full report "
+             (f"{', '.join(f'`{c}`' for c in study_commands(study))}, then `rlaccel bench --suite speed --study learning-quick`; the full report "
              f"with every table is [report.md]({REPO}{(STUDY / 'report.md').relative_to(ROOT)})."), "",
              ("Each run's score is its area under the evaluation curve over a fixed budget, normalised per task "
              "(0: a random policy, 1: the task's threshold). IQM is the interquartile mean over runs; P(X > Y) "

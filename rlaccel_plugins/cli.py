@@ -132,6 +132,9 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
                        help="learning study: go on with the runs.jsonl in --out, skipping the runs already there")
     bench.add_argument("--tasks", default=None,
                        help="learning study / speed: a comma-separated subset of its tasks, e.g. cartpole-dqn")
+    bench.add_argument("--variant", dest="variants", action="append", default=None,
+                       help="learning study: run only this variant (repeat for several), e.g. --variant stock "
+                            "--variant 'drop-in, uniform (off)'")
     bench.add_argument("--study", default="learning-quick", help="speed: whose tasks to measure (learning, learning-quick)")
     bench.add_argument("--segments", type=int, default=8, help="speed: timed segments per variant")
     bench.add_argument("--segment-steps", type=int, default=2_000, help="speed: env steps per segment")
@@ -189,7 +192,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from rlaccel_plugins.bench.study_report import write_report
 
         run_study(args.suite, seeds=args.seeds or 10, workers=args.workers, out=args.out, resume=args.resume,
-                  first_seed=args.first_seed, only=tasks, steps=args.steps)
+                  first_seed=args.first_seed, only=tasks, steps=args.steps,
+                  variants=args.variants)
         write_report(args.out)
         return 0
     if args.suite == "speed":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -122,6 +123,30 @@ def get_study(name: str, only: Iterable[str] | None = None) -> tuple[StudyTask, 
 
 
 # ------------------------------------------------------------------ one run
+def study_commands(meta: dict[str, Any]) -> list[str]:
+    """The commands that produced a study's runs, in order (an older ``study.json`` holds one)."""
+    if "commands" in meta:
+        return list(meta["commands"])
+    return [meta["command"]] if "command" in meta else []
+
+
+def write_study_record(out: Path, name: str, records: list[dict[str, Any]], command: str) -> None:
+    """``study.json``: what ``runs.jsonl`` holds (tasks, runs per variant) and every command that added to it.
+
+    A study grown by several commands (more seeds, a subset of variants) lists them all, in order.
+    """
+    path = out / "study.json"
+    earlier = study_commands(json.loads(path.read_text())) if path.exists() else []
+    runs: dict[str, dict[str, int]] = {}
+    for r in records:
+        runs.setdefault(r["task"], {}).setdefault(r["variant"], 0)
+        runs[r["task"]][r["variant"]] += 1
+    path.write_text(json.dumps({
+        "study": name, "tasks": list(runs), "runs": runs,
+        "commands": [*[c for c in earlier if c != command], command],
+        "updated": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
+
+
 def learning_run(task: StudyTask, variant: Variant, seed: int) -> dict[str, Any]:
     """Train ``variant`` on ``task`` for its whole budget with ``seed``; the run's JSON-ready record."""
     from rlaccel_plugins.bench.runner import run_one
@@ -252,7 +277,12 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
     if steps is not None:  # another budget (a smoke run, the demo): at least four evaluations
         tasks = tuple(replace(t, budget=steps, eval_freq=max(1, min(t.eval_freq, steps // 4))) for t in tasks)
     if variants is not None:
-        wanted = list(variants)
+        variants = wanted = list(variants)
+        known = list(dict.fromkeys(v.name for t in tasks for v in t.variants))
+        for v in wanted:
+            if v not in known:
+                raise ConfigError(f"variants must name variants of the study's tasks {known}, got {v!r}."
+                                  f"{did_you_mean(v, known)}")
         tasks = tuple(replace(t, variants=tuple(v for v in t.variants if v.name in wanted)) for t in tasks)
     out = Path(out)
     runs_path = out / RUNS_FILE
@@ -279,9 +309,10 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
 
     run_jobs(jobs, workers, record, target)
     records = [r for r in read_runs(runs_path) if r.get("status") == "ok"]
-    (out / "study.json").write_text(json.dumps({
-        "study": name, "tasks": [t.key for t in tasks], "seeds": seeds, "first_seed": first_seed,
-        "command": f"rlaccel bench --suite {name} --seeds {seeds} --workers {workers} --out {out}"
-                   + (f" --steps {steps}" if steps else "") + (" --resume" if resume else ""),
-        "updated": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
+    command = (f"rlaccel bench --suite {name} --seeds {seeds} --workers {workers} --out {out}"
+               + (f" --first-seed {first_seed}" if first_seed else "")
+               + (f" --tasks {','.join(only)}" if only is not None else "")
+               + "".join(f" --variant {shlex.quote(v)}" for v in variants or ())
+               + (f" --steps {steps}" if steps else "") + (" --resume" if resume else ""))
+    write_study_record(out, name, records, command)
     return records

@@ -26,6 +26,7 @@ from rlaccel_plugins.bench.study import (
     TIERS,
     UNIFORM,
     read_runs,
+    study_commands,
 )
 
 RANDOM_FILE = "random_returns.json"
@@ -215,7 +216,8 @@ def summary_table(stats: dict[str, Any]) -> str:
 
 def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [f"# Learning study: {meta.get('study', '')}", "",
-             f"Command: `{meta.get('command', '')}`; updated {meta.get('updated', '')}; machine: {meta.get('machine', '')}.",
+             (f"Commands, in order: {'; '.join(f'`{c}`' for c in study_commands(meta))}; updated "
+              f"{meta.get('updated', '')}; machine: {meta.get('machine', '')}."),
              "",
              EXPLAINED, "", "## Summary", "", summary_table(stats), ""]
     for key, task in stats["tasks"].items():

@@ -99,4 +99,8 @@ def test_resume_skips_finished_runs_and_a_crashed_worker_loses_only_its_own_run(
     with (out / "runs.jsonl").open("a") as f:
         f.write('{"task": "torn')
     assert len(read_runs(out / "runs.jsonl")) == len(records) + 3
-    assert json.loads((out / "study.json").read_text())["seeds"] == 3
+    meta = json.loads((out / "study.json").read_text())
+    assert meta["runs"] == {records[0]["task"]: {STOCK: 3, UNIFORM: 3}}
+    assert [c.replace(f" --out {out}", "") for c in meta["commands"]] == [
+        "rlaccel bench --suite learning-quick --seeds 2 --workers 2 --tasks cartpole-dqn --variant stock --variant 'drop-in, uniform (off)'",
+        "rlaccel bench --suite learning-quick --seeds 3 --workers 2 --tasks cartpole-dqn --variant stock --variant 'drop-in, uniform (off)' --resume"]
