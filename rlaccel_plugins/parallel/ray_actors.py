@@ -14,9 +14,15 @@ The learner owns the replay buffer and the updates; :class:`RayActorPool` keeps 
   at a time from the actors in turn (actor 0, 1, ..., 0, ...): every request, weight broadcast and store
   then happens at the same point of the learner's program in every run, so a seeded run is reproducible
   (without faults), at the price of waiting for a slow actor while another has a chunk ready.
-* **Faults**: actors are created with ``max_restarts=-1``. A chunk that was in flight when its actor
-  died is lost (it was never acknowledged) and counted; Ray restarts the actor, the pool sends it the
-  latest weights and asks for chunks again. Every chunk the learner received was delivered whole.
+* **Faults**: actors are created with ``max_restarts=-1``. Every chunk an actor process (an
+  *incarnation*) makes is received exactly once or counted in ``lost_chunks``: a gap in an
+  incarnation's sequence numbers is counted when its next chunk arrives (exact), and when a restarted
+  actor's first chunk shows its old incarnation died, the requests that were in flight to the old one
+  are counted (at most that many chunks were made and never delivered). A request can fail while the
+  actor lives on (Ray's ``ActorUnavailableError``: unreachable for a while), so a restart is counted
+  only when a new incarnation delivers. After its requests fail, an actor is asked again with a
+  growing pause (the restart takes a moment), and given up after ``max_consecutive_failures`` rounds.
+  Every chunk the learner received was delivered whole, and none twice.
 
 The worker interface an adapter implements (built on the actor by ``make_worker(index)``)::
 
@@ -31,6 +37,7 @@ Example (not run as a doctest: it starts Ray actors)::
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -40,6 +47,8 @@ from typing import Any
 
 from rlaccel_plugins.errors import ConfigError, invalid
 from rlaccel_plugins.parallel.learner import Learner
+
+log = logging.getLogger("rlaccel")
 
 INSTALL_HINT = "Fix: pip install 'rlaccel-plugins[ray]' (or pip install ray)."
 
@@ -169,8 +178,8 @@ class ActorStats:
     chunks: int = 0
     steps: int = 0                  # transitions received (acknowledged)
     collect_seconds: float = 0.0
-    lost_chunks: int = 0            # in flight when the actor died: never acknowledged
-    restarts: int = 0
+    lost_chunks: int = 0            # made and never delivered (sequence gaps; in flight when an incarnation died)
+    restarts: int = 0               # new incarnations that delivered a chunk
     latency_sum: float = 0.0
     incarnations: set[str] = field(default_factory=set)
 
@@ -224,6 +233,10 @@ class RayActorPool:
         self._in_flight: dict[Any, int] = {}  # ObjectRef -> actor index
         self._failures = [0] * num_actors
         self._dead: set[int] = set()  # actors whose requests failed since their last chunk
+        self._next_seq: dict[str, int] = {}  # incarnation -> the sequence number of its next chunk
+        self._incarnation: list[str | None] = [None] * num_actors  # the one that delivered last
+        self._in_flight_at_failure = [0] * num_actors  # requests out when an actor's requests began to fail
+        self._retry_at: dict[int, float] = {}  # actor -> when to ask it again (monotonic seconds)
         self._weights_ref = None
         self._version = 0
         self.params: dict[str, Any] = {}
@@ -245,6 +258,7 @@ class RayActorPool:
     def stop(self) -> None:
         """Drop the requests in flight and end the actors (their unacknowledged chunks are discarded)."""
         self._in_flight.clear()  # killing an actor fails its pending requests; nobody reads them
+        self._retry_at.clear()
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
         self.actors = []
@@ -260,14 +274,18 @@ class RayActorPool:
         """The chunks ready now (waits for at least one), each actor's in the order it made them; each
         one taken frees a request slot of its actor, which is refilled at once. Chunks lost with a dead
         actor are counted, not returned. ``ordered``: exactly one chunk, from the actor whose turn it is."""
-        if not self._in_flight:
-            raise self._no_collector()
+        deadline = time.monotonic() + timeout
+        self._wait_for_requests(deadline)
         if self.ordered:
-            return self._receive_in_turn(timeout)
-        deadline, waiting_on = time.monotonic() + timeout, list(self._in_flight)
+            return self._receive_in_turn(deadline)
+        waiting_on = list(self._in_flight)
         while True:
-            ready, _ = self.ray.wait(waiting_on, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            ready, _ = self.ray.wait(waiting_on, num_returns=1, timeout=self._wait_time(deadline))
             if not ready:
+                if time.monotonic() < deadline:  # an actor's pause ended: ask it again, wait on
+                    self._wait_for_requests(deadline)
+                    waiting_on = list(self._in_flight)
+                    continue
                 raise TimeoutError(f"no chunk arrived from {self.num_actors} Ray actors in {timeout:.0f} s")
             ready, waiting_on = self._in_request_order(
                 set(self.ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)[0]))
@@ -275,37 +293,98 @@ class RayActorPool:
                 break
         return [chunk for chunk in map(self._take, ready) if chunk is not None]
 
-    def _receive_in_turn(self, timeout: float) -> list[Chunk]:
-        deadline = time.monotonic() + timeout
-        while self._in_flight:
+    def _receive_in_turn(self, deadline: float) -> list[Chunk]:
+        while self._in_flight or self._retry_at:
+            self._wait_for_requests(deadline)
             oldest = next((ref for ref, index in self._in_flight.items() if index == self._turn), None)
-            if oldest is None:  # an actor given up on has no turn
-                self._turn = (self._turn + 1) % self.num_actors
+            if oldest is None:
+                if self._turn in self._retry_at:  # its turn waits for its pause to end
+                    self._wait_for_requests(deadline, until=self._retry_at[self._turn])
+                else:  # an actor given up on has no turn
+                    self._turn = (self._turn + 1) % self.num_actors
                 continue
             if not self.ray.wait([oldest], timeout=max(0.0, deadline - time.monotonic()))[0]:
-                raise TimeoutError(f"no chunk arrived from Ray actor {self._turn} in {timeout:.0f} s")
+                raise TimeoutError(f"no chunk arrived from Ray actor {self._turn} in time")
             chunk = self._take(oldest)
             if chunk is not None:
                 self._turn = (self._turn + 1) % self.num_actors
                 return [chunk]
         raise self._no_collector()
 
+    def _wait_time(self, deadline: float) -> float:
+        """How long to wait for a chunk: until the deadline, or until an actor's pause ends."""
+        end = min([deadline, *self._retry_at.values()])
+        return max(0.0, end - time.monotonic())
+
+    def _wait_for_requests(self, deadline: float, until: float | None = None) -> None:
+        """Ask again the actors whose pause has ended; with nothing in flight, sleep until one does
+        (or ``until``); raise when no actor is collecting or will be."""
+        while True:
+            now = time.monotonic()
+            for index in [i for i, at in self._retry_at.items() if at <= now]:
+                del self._retry_at[index]
+                # calls to one actor run in order: a restarted actor gets the newest weights, then requests
+                self.actors[index].load_weights.remote(self._weights_ref, self._version)
+                for _ in range(self.max_in_flight):
+                    self._request(index)
+            if until is not None and now < until:
+                time.sleep(max(0.0, min(until, deadline) - now))
+                until = None
+                continue
+            if self._in_flight:
+                return
+            if not self._retry_at:
+                raise self._no_collector()
+            if now >= deadline:
+                raise TimeoutError("no Ray actor could be asked for a chunk in time")
+            time.sleep(max(0.0, min(min(self._retry_at.values()), deadline) - now))
+
     def _no_collector(self) -> RuntimeError:
         return RuntimeError("no Ray actor is collecting: every actor's requests failed "
                             f"{self.max_consecutive_failures} rounds in a row")
 
     def _take(self, ref: Any) -> Chunk | None:
-        """The chunk of a finished request, counted, its actor asked for another (None: the actor died)."""
+        """The chunk of a finished request, counted, its actor asked for another (None: no chunk)."""
         index = self._in_flight.pop(ref)
         try:
-            chunk = self.ray.get(ref)
-        except self.ray.exceptions.RayActorError:
+            return self._settle(index, self.ray.get(ref))
+        except self.ray.exceptions.RayActorError as error:
+            return self._settle(index, error=error)
+
+    def _settle(self, index: int, chunk: Chunk | None = None, error: Exception | None = None) -> Chunk | None:
+        """Account for one finished request of actor ``index``: its ``chunk``, or the ``error`` it failed with.
+
+        Every chunk an incarnation makes is received once or counted lost. A failed request says only
+        that the actor could not answer (Ray reports a dead and a briefly unreachable actor alike); the
+        actor's next chunk tells which: from the same incarnation, the gap in its sequence numbers is
+        what was lost; from a new one, the old incarnation died with the requests it had in flight. A
+        chunk delivered twice is dropped.
+        """
+        if error is not None:
             self._on_actor_failure(index)
             return None
+        assert chunk is not None
+        stats = self.stats[index]
+        if chunk.incarnation != self._incarnation[index]:
+            if self._incarnation[index] is not None:  # a restarted actor's first chunk: the old one died
+                stats.restarts += 1
+                stats.lost_chunks += self._in_flight_at_failure[index]
+            self._incarnation[index] = chunk.incarnation
+        self._in_flight_at_failure[index] = 0  # the same one lives on: its gaps are counted exactly
+        expected = self._next_seq.get(chunk.incarnation, 0)
+        if chunk.seq < expected:  # delivered before: never hand it to the learner twice
+            log.warning("rlaccel: dropped a second delivery of chunk %d of Ray actor %d (%s)", chunk.seq, index,
+                        chunk.incarnation)
+            self._request(index)
+            return None
+        if chunk.seq > expected:  # made by the actor, never delivered
+            stats.lost_chunks += chunk.seq - expected
+            log.warning("rlaccel: %d chunk(s) of Ray actor %d (%s) never arrived; counted as lost",
+                        chunk.seq - expected, index, chunk.incarnation)
+        self._next_seq[chunk.incarnation] = chunk.seq + 1
         self._failures[index] = 0
         self._dead.discard(index)
         chunk.latency = max(0.0, time.time() - chunk.finished_at)
-        stats = self.stats[index]
         stats.chunks += 1
         stats.steps += chunk.steps
         stats.collect_seconds += chunk.collect_seconds
@@ -334,20 +413,17 @@ class RayActorPool:
         self._in_flight[ref] = index
 
     def _on_actor_failure(self, index: int) -> None:
-        stats = self.stats[index]
-        stats.lost_chunks += 1
-        if index not in self._dead:
+        if index not in self._dead:  # its first failure since its last chunk: what was out then
             self._dead.add(index)
-            stats.restarts += 1  # it was working: it died, and Ray restarts it
+            self._in_flight_at_failure[index] = 1 + sum(i == index for i in self._in_flight.values())
         if any(i == index for i in self._in_flight.values()):
-            return  # wait until every request sent to the dead incarnation has failed
+            return  # wait until every request sent to it has failed
         self._failures[index] += 1  # rounds of requests that all failed since the last chunk
         if self._failures[index] > self.max_consecutive_failures:
+            log.warning("rlaccel: Ray actor %d failed %d rounds of requests in a row; not asked again", index,
+                        self._failures[index])
             return  # given up on: no new requests for this actor
-        # calls to one actor run in order: the restarted actor gets the newest weights, then requests
-        self.actors[index].load_weights.remote(self._weights_ref, self._version)
-        for _ in range(self.max_in_flight):
-            self._request(index)
+        self._retry_at[index] = time.monotonic() + min(0.05 * 2 ** (self._failures[index] - 1), 2.0)
 
     # ------------------------------------------------------------------ metrics
     def metrics(self, learner_version: int | None = None, recent: list[Chunk] | None = None) -> dict[str, float]:
