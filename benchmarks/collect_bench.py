@@ -265,7 +265,7 @@ def _ppo():
 
 
 def ppo_rollout_us(rollouts: int, lean: bool) -> float:
-    from rlaccel_sb3.collection import lean_policy_forward_for
+    from rlaccel_sb3.flat_actor_critic import lean_policy_forward_for
     from rlaccel_sb3.overrides import override_policy_forward
 
     model = _ppo()
@@ -281,7 +281,7 @@ def ppo_rollout_us(rollouts: int, lean: bool) -> float:
 
 def ppo_floor_us(rollouts: int) -> float:
     """The env step, the two MLPs and the categorical draw, and one write per vector step, by hand."""
-    from rlaccel_sb3.collection import lean_policy_forward_for
+    from rlaccel_sb3.flat_actor_critic import lean_policy_forward_for
 
     model = _ppo()
     forward, venv = lean_policy_forward_for(model), model.env

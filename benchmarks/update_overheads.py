@@ -33,7 +33,7 @@ import torch
 def tianshou_pieces() -> dict[str, tuple]:
     from fused_bench import tianshou_actor_critic
     from rlaccel_tianshou import buffer_reads
-    from rlaccel_tianshou import fused as ts_fused
+    from rlaccel_tianshou import flat_networks as ts_networks
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
 
@@ -49,21 +49,21 @@ def tianshou_pieces() -> dict[str, tuple]:
 
     def built_from_scratch():
         for network in forwards:
-            ts_fused._flat_forward(network)
-        ts_fused._tree_mode_free(modes[0]), ts_fused._tree_mode_free(modes[1]), ts_fused._tree_mode_free(modes[2])
+            ts_networks._flat_forward(network)
+        ts_networks._tree_mode_free(modes[0]), ts_networks._tree_mode_free(modes[1]), ts_networks._tree_mode_free(modes[2])
         for network in polyak:
             list(network.parameters())
 
     def kept():  # two update phases: the target side, then the training step
-        ts_fused._next_epoch()
+        ts_networks.next_epoch()
         for network in forwards[:3]:
-            ts_fused._forward(network)
-        ts_fused._next_epoch()
-        ts_fused._mode_free(*modes)
+            ts_networks.forward_of(network)
+        ts_networks.next_epoch()
+        ts_networks.is_mode_free(*modes)
         for network in forwards[3:]:
-            ts_fused._forward(network)
+            ts_networks.forward_of(network)
         for network in polyak:
-            ts_fused._parameters(network)
+            ts_networks.parameters_of(network)
 
     return {"Tianshou sample_indices(64), 10-env vector buffer": (lambda: buffer.sample_indices(64),
                                                                   lambda: buffer_reads.sample_indices(buffer, 64)),

@@ -124,7 +124,7 @@ def _train_200(model, channels_last: bool, train=None, frames: bool = False):
 
 def test_channels_last_updates_agree_with_contiguous_ones_within_its_tolerance_and_a_loss_change_breaks_it(monkeypatch):
     import torch.nn.functional as F
-    from rlaccel_sb3 import fused as fused_module
+    from rlaccel_sb3.fused import value_based
 
     contiguous, channels_last = _train_200(_filled(), False), _train_200(_filled(), True)
     assert differences(contiguous, channels_last)  # the channels-last kernels ran: not bit-identical
@@ -135,7 +135,7 @@ def test_channels_last_updates_agree_with_contiguous_ones_within_its_tolerance_a
         loss = F.smooth_l1_loss(current, target, beta=0.99)
         return loss, loss
 
-    monkeypatch.setattr(fused_module, "_dqn_loss", huber_with_beta_0_99)
+    monkeypatch.setattr(value_based, "_dqn_loss", huber_with_beta_0_99)
     mutated = _train_200(_filled(), True)
     assert differences(contiguous["losses"], mutated["losses"], **CHANNELS_LAST_TOLERANCE)
 

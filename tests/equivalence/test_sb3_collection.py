@@ -248,7 +248,7 @@ def test_the_callback_installs_lean_collection_for_learn_only_and_never_saves_it
 
 
 def _on_policy_learn(algo: str, lean: bool, steps: int, env_id: str = "CartPole-v1") -> dict:
-    from rlaccel_sb3.collection import lean_policy_forward_for
+    from rlaccel_sb3.flat_actor_critic import lean_policy_forward_for
     from rlaccel_sb3.overrides import override_policy_forward, remove_policy_forward
     from stable_baselines3 import A2C, PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -287,15 +287,15 @@ def _on_policy_learn(algo: str, lean: bool, steps: int, env_id: str = "CartPole-
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_a_changed_draw_breaks_the_on_policy_equivalence(monkeypatch, env_id):
     """A lean forward that took the distribution's mode instead of its draw fails."""
-    from rlaccel_sb3 import collection
+    from rlaccel_sb3 import flat_actor_critic
 
-    original = collection.lean_policy_forward_for
+    original = flat_actor_critic.lean_policy_forward_for
 
     def greedy_forward(model):
         forward = original(model)
         return lambda obs, deterministic=False: forward(obs, deterministic=True)
 
-    monkeypatch.setattr(collection, "lean_policy_forward_for", greedy_forward)
+    monkeypatch.setattr(flat_actor_critic, "lean_policy_forward_for", greedy_forward)
     assert differences(_on_policy_learn("PPO", False, 512, env_id), _on_policy_learn("PPO", True, 512, env_id))
 
 

@@ -171,14 +171,14 @@ def test_fused_train_with_importance_weights_matches_sb3_with_its_weight_hook(al
 
 def test_a_one_line_change_to_the_loss_breaks_the_equivalence(monkeypatch):
     import torch.nn.functional as F
-    from rlaccel_sb3 import fused as fused_module
+    from rlaccel_sb3.fused import value_based
 
     def huber_with_beta_0_99(model, q_net, observations, actions, target, weights, batch_size):  # one changed argument
         current = torch.gather(q_net(observations), dim=1, index=actions.long())
         loss = F.smooth_l1_loss(current, target, beta=0.99)
         return loss, loss
 
-    monkeypatch.setattr(fused_module, "_dqn_loss", huber_with_beta_0_99)
+    monkeypatch.setattr(value_based, "_dqn_loss", huber_with_beta_0_99)
     stock, fused = _stock_and_fused("DQN", "TieredWeighted")
     assert differences(stock["gradients"], fused["gradients"], rtol=1e-5, atol=1e-7)
     stock, fused = _stock_and_fused("DQN", "ReplayBuffer")
@@ -205,11 +205,12 @@ def test_the_fused_optimizer_agrees_with_sb3s_train_within_its_tolerance(algo):
 
 def test_the_fused_optimizer_agrees_with_sb3s_ppo_and_a_one_line_loss_change_breaks_it(monkeypatch):
     import torch.nn.functional as F
-    from rlaccel_sb3 import fused as fused_module
+    from rlaccel_sb3 import fused as fused_package
+    from rlaccel_sb3.fused import value_based
 
     kwargs = dict(n_steps=128, batch_size=32, n_epochs=4, ent_coef=0.01)
-    monkeypatch.setattr(fused_module, "fused_train_for",
-                        lambda model, real=fused_module.fused_train_for: real(model, fused_optimizer=True))
+    monkeypatch.setattr(fused_package, "fused_train_for",
+                        lambda model, real=fused_package.fused_train_for: real(model, fused_optimizer=True))
     stock, fused = _on_policy_run("PPO", False, 13, **dict(kwargs)), _on_policy_run("PPO", True, 13, **dict(kwargs))
     assert differences(stock, fused) and differences(stock, fused, **FUSED_OPTIMIZER_TOLERANCE) == []
 
@@ -218,9 +219,9 @@ def test_the_fused_optimizer_agrees_with_sb3s_ppo_and_a_one_line_loss_change_bre
         loss = F.smooth_l1_loss(current, target, beta=0.99)
         return loss, loss
 
-    monkeypatch.setattr(fused_module, "_dqn_loss", huber_with_beta_0_99)
+    monkeypatch.setattr(value_based, "_dqn_loss", huber_with_beta_0_99)
     stock, fused = _filled("DQN", "ReplayBuffer"), _filled("DQN", "ReplayBuffer")
-    mutated = _run(fused, fused_module.fused_train_for(fused))
+    mutated = _run(fused, fused_package.fused_train_for(fused))
     assert differences(_run(stock, stock.train)["losses"], mutated["losses"], **FUSED_OPTIMIZER_TOLERANCE)
 
 
@@ -362,7 +363,7 @@ def test_fused_on_policy_train_is_sb3s_train_bit_for_bit(algo, cycles, kwargs):
 
 
 def test_the_lean_evaluate_actions_is_kept_while_the_policy_stays_and_a_users_own_wins():
-    from rlaccel_sb3.collection import evaluate_actions_of
+    from rlaccel_sb3.flat_actor_critic import evaluate_actions_of
     from stable_baselines3 import A2C
 
     model = A2C("MlpPolicy", "CartPole-v1", seed=3)
@@ -383,12 +384,12 @@ def test_the_fused_on_policy_update_evaluates_actions_without_module_calls_and_a
         monkeypatch, algo, env):
     """The bit-for-bit test above runs the lean ``evaluate_actions`` (checked here, so a silent fallback to
     SB3's would fail); an entropy 0.01% off makes the same comparison fail."""
-    from rlaccel_sb3 import collection
+    from rlaccel_sb3 import flat_actor_critic
     from stable_baselines3 import A2C, PPO
 
     model = {"PPO": PPO, "A2C": A2C}[algo]("MlpPolicy", env, seed=3, policy_kwargs=dict(net_arch=[64, 64]))
-    assert collection.lean_evaluate_actions_for(model) is not None
-    original = collection.lean_evaluate_actions_for
+    assert flat_actor_critic.lean_evaluate_actions_for(model) is not None
+    original = flat_actor_critic.lean_evaluate_actions_for
 
     def entropy_off(model):
         evaluate = original(model)
@@ -398,7 +399,7 @@ def test_the_fused_on_policy_update_evaluates_actions_without_module_calls_and_a
             return values, log_prob, entropy * 1.0001
         return evaluate_actions
 
-    monkeypatch.setattr(collection, "lean_evaluate_actions_for", entropy_off)
+    monkeypatch.setattr(flat_actor_critic, "lean_evaluate_actions_for", entropy_off)
     kwargs = dict(env=env, n_steps=128, batch_size=32, n_epochs=2) if algo == "PPO" else dict(n_steps=8)
     kwargs["ent_coef"] = 0.01
     assert differences(_on_policy_run(algo, False, 3, **dict(kwargs)), _on_policy_run(algo, True, 3, **dict(kwargs)))

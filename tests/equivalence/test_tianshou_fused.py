@@ -72,10 +72,10 @@ def test_fused_dqn_update_is_tianshous_bit_for_bit(kind, kwargs):
 
 
 def test_a_one_line_change_to_the_returns_breaks_the_equivalence(monkeypatch):
-    from rlaccel_tianshou import fused as fused_module
+    from rlaccel_tianshou.fused import common
 
-    original = fused_module._obs_next
-    monkeypatch.setattr(fused_module, "_obs_next", lambda buffer, indices: original(buffer, indices) * 1.0001)
+    original = common._obs_next
+    monkeypatch.setattr(common, "_obs_next", lambda buffer, indices: original(buffer, indices) * 1.0001)
     stock, fused = _stock_and_fused(_algorithm(), "vector")
     assert differences(stock["stats"], fused["stats"])
 
@@ -251,23 +251,23 @@ def test_the_fused_optimizer_agrees_with_tianshous_update_within_its_tolerance(n
     ("TD3", "polyak"),     # the target update with SB3's rounding instead of Tianshou's: last-bit differences
 ])
 def test_a_one_line_change_to_an_actor_critic_update_breaks_the_equivalence(monkeypatch, name, mutation):
-    from rlaccel_tianshou import fused as fused_module
+    from rlaccel_tianshou.fused import actor_critic
 
     from rlaccel_plugins.fused import polyak_update_
 
     if mutation == "log_prob":
-        original = fused_module._squashed_gaussian
+        original = actor_critic._squashed_gaussian
 
         def entropy_off(actor, obs):
             act, log_prob = original(actor, obs)
             return act, log_prob * 1.0001
-        monkeypatch.setattr(fused_module, "_squashed_gaussian", entropy_off)
+        monkeypatch.setattr(actor_critic, "_squashed_gaussian", entropy_off)
     else:
         def sb3_rounding(algorithm):
             pairs = algorithm._lagged_networks._lagged_network_pairs
             polyak_update_([p.data for pair in pairs for p in pair.source.parameters()],
                            [p.data for pair in pairs for p in pair.target.parameters()], algorithm.tau)
-        monkeypatch.setattr(fused_module, "_polyak", sb3_rounding)
+        monkeypatch.setattr(actor_critic, "_polyak", sb3_rounding)
     stock, fused = _stock_and_fused(_actor_critic(name), "vector")
     assert differences(stock["state"], fused["state"])
 
@@ -277,13 +277,13 @@ def test_ppo_without_tianshous_unused_sample_draws_differs(monkeypatch):
     the random stream differs, and so do the parameters, in the last bits (the sample computes the
     Categorical's ``probs`` early, which changes the order autograd sums the entropy's gradient in)."""
     from rlaccel_tianshou import SparseDenseOnPolicyWrapper
-    from rlaccel_tianshou import fused as fused_module
+    from rlaccel_tianshou.fused import on_policy
 
     from rlaccel_plugins.loader import load_config
 
     def no_sample(policy, obs):
         return policy.dist_fn(policy.actor(obs)[0])
-    monkeypatch.setattr(fused_module, "_policy_dist", no_sample)
+    monkeypatch.setattr(on_policy, "_policy_dist", no_sample)
     algorithm = _ppo(False)
     buffer = _on_policy_buffer(False, algorithm)
     runs = [_run_on_policy(SparseDenseOnPolicyWrapper(a, config=load_config(preset="classic_control",
@@ -433,28 +433,28 @@ def _outputs_and_gradients(network, forward, inputs):
 def test_flat_forwards_are_the_networks_own_ops(index):
     """Tianshou's networks called without their module calls: the same outputs and gradients, bit for
     bit; the module itself wherever a hook must run or a layer is not a plain Linear/ReLU/Tanh."""
-    from rlaccel_tianshou.fused import _forward
+    from rlaccel_tianshou.flat_networks import forward_of
 
     network, inputs = _networks()[index]
-    flat = _forward(network)
+    flat = forward_of(network)
     assert flat is not network
     own, lean = _outputs_and_gradients(network, network, inputs), _outputs_and_gradients(network, flat, inputs)
     assert all(torch.equal(a, b) for a, b in zip(own, lean, strict=True))
     handle = network.register_forward_hook(lambda *args: None)
-    assert _forward(network) is network
+    assert forward_of(network) is network
     handle.remove()
     leaf = next(m for m in network.modules() if isinstance(m, torch.nn.Linear))
     leaf.register_forward_pre_hook(lambda *args: None)
-    assert _forward(network) is network
+    assert forward_of(network) is network
 
 
 def test_networks_with_other_layers_keep_their_own_forward():
-    from rlaccel_tianshou.fused import _forward
+    from rlaccel_tianshou.flat_networks import forward_of
     from tianshou.utils.net.common import Net
 
     normed = Net(state_shape=3, action_shape=2, hidden_sizes=[8], norm_layer=torch.nn.LayerNorm)
     dueling = Net(state_shape=3, action_shape=2, hidden_sizes=[8], dueling_param=({"hidden_sizes": [4]},) * 2)
-    assert _forward(normed) is normed and _forward(dueling) is dueling
+    assert forward_of(normed) is normed and forward_of(dueling) is dueling
 
 
 def test_a_changed_layer_in_the_flat_forward_breaks_the_equivalence(monkeypatch):
@@ -468,24 +468,24 @@ def test_a_changed_layer_in_the_flat_forward_breaks_the_equivalence(monkeypatch)
 def test_cached_flat_forwards_and_parameter_lists_follow_every_change_to_the_network():
     """What the fused update keeps per network (flat forward, parameter list, mode check) is rebuilt
     when a layer or parameter object is replaced or a forward or backward hook is added."""
-    from rlaccel_tianshou.fused import _forward, _mode_free, _parameters
+    from rlaccel_tianshou.flat_networks import forward_of, is_mode_free, parameters_of
     from tianshou.utils.net.common import Net
 
     net = Net(state_shape=3, action_shape=2, hidden_sizes=[8])
     obs = torch.randn(4, 3)
-    flat, params = _forward(net), _parameters(net)
-    assert flat is not net and _forward(net) is flat and _parameters(net) is params and _mode_free(net)
+    flat, params = forward_of(net), parameters_of(net)
+    assert flat is not net and forward_of(net) is flat and parameters_of(net) is params and is_mode_free(net)
     net.model.model[0] = torch.nn.Linear(3, 8)  # a layer replaced
-    assert _forward(net) is not flat and torch.equal(_forward(net)(obs)[0], net(obs)[0])
-    assert _parameters(net)[0] is net.model.model[0].weight
+    assert forward_of(net) is not flat and torch.equal(forward_of(net)(obs)[0], net(obs)[0])
+    assert parameters_of(net)[0] is net.model.model[0].weight
     net.model.model[2].weight = torch.nn.Parameter(torch.zeros(2, 8))  # a parameter object replaced
-    assert _parameters(net)[2] is net.model.model[2].weight and torch.equal(_forward(net)(obs)[0], net(obs)[0])
+    assert parameters_of(net)[2] is net.model.model[2].weight and torch.equal(forward_of(net)(obs)[0], net(obs)[0])
     handle = net.model.model[2].register_full_backward_hook(lambda *args: None)
-    assert _forward(net) is net  # a backward hook runs only through the module's call
+    assert forward_of(net) is net  # a backward hook runs only through the module's call
     handle.remove()
-    assert _forward(net) is not net
+    assert forward_of(net) is not net
     net.model.model[1] = torch.nn.Dropout()
-    assert _forward(net) is net and not _mode_free(net)
+    assert forward_of(net) is net and not is_mode_free(net)
 
 
 def test_buffer_reads_are_tianshous():

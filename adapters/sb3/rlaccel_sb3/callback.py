@@ -295,7 +295,8 @@ class AccelerateCallback(SparseDenseCallback):
 
     def _lean_collection(self) -> dict:
         from rlaccel_plugins.fused.selection import select_fused
-        from rlaccel_sb3.collection import SUPPORTED, lean_policy_forward_for
+        from rlaccel_sb3.flat_actor_critic import lean_policy_forward_for
+        from rlaccel_sb3.fused import SUPPORTED
         from rlaccel_sb3.rollouts import lean_off_policy_methods
         from rlaccel_sb3.verified import CODE
 

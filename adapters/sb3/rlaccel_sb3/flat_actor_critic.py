@@ -1,17 +1,17 @@
-"""SB3's off-policy actors, critics and DQN's Q-network as flat functions: the same tensor ops, without
-module calls.
+"""SB3's networks as flat functions — the same tensor ops, without module calls: the off-policy actors,
+critics and DQN's Q-network (the fused SAC, TD3, DDPG and DQN updates, the lean collection), and the
+on-policy ``ActorCriticPolicy``'s ``forward`` and ``evaluate_actions`` (PPO's and A2C's collection and
+fused updates).
 
-A fused SAC gradient step calls SB3's actor twice and its critic and target critic three times —
-about 60 module calls of a few µs of Python each (hook checks, ``__call__`` dispatch) — and builds a
-``Normal`` distribution twice, with its argument checks. At SAC's default of one gradient step per
-``train()`` call that costs about what the fused step saves elsewhere. For the networks of SB3's
+A fused SAC step calls SB3's actor twice and its critics three times, each a chain of module calls with
+their hook checks, and builds a ``Normal`` twice with its argument checks. For the networks of SB3's
 ``MlpPolicy`` (a 1-D Box observation, the flatten extractor, Linear/ReLU/Tanh layers, no gSDE) these
 functions compute the same values through the same ops — ``F.linear`` on the same parameters, SB3's
 squashed diagonal Gaussian as ``Normal.rsample``'s ``normal_`` draw, ``Normal.log_prob`` in its own op
 order and the tanh correction — so the autograd graph and the gradients are the same (tested bit for
-bit with the fused SAC, TD3 and DDPG updates). Elsewhere, or where a forward or backward hook is
-registered, they are the modules' own methods. What they give is kept per network until its tree
-changes (``rlaccel_plugins.fused.module_cache``).
+bit with the fused updates). Elsewhere, or where a forward or backward hook is registered, they are
+the modules' own methods. What they give is kept per network until its tree changes
+(``rlaccel_plugins.fused.module_cache``).
 
 One difference, documented: ``Normal``'s argument check no longer raises on a NaN mean or standard
 deviation; the NaN reaches the loss, where the gradient guard sees it.
@@ -31,12 +31,14 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
+from gymnasium import spaces
 from stable_baselines3.common.distributions import sum_independent_dims
 
-from rlaccel_plugins.fused.distributions import normal_log_prob, normal_rsample
+from rlaccel_plugins.fused.distributions import FlatCategorical, normal_log_prob, normal_rsample
 from rlaccel_plugins.fused.flat import flat_layers
 from rlaccel_plugins.fused.module_cache import cached
 
@@ -152,3 +154,119 @@ def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, std: torch.Tens
     """``Normal(mean, std).log_prob(actions)`` in its op order (the order autograd sums ``std``'s gradients
     in), summed over the action dims as SB3 does."""
     return sum_independent_dims(normal_log_prob(actions, mean, std))
+
+
+# ---------------------------------------------------------------------------------------- on-policy
+def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
+    """A lean ``policy.forward`` for PPO/A2C's collection (SB3's ``ActorCriticPolicy.forward``: values,
+    sampled actions and their log-probabilities) for an MLP policy on a 1-D Box observation, with a
+    Discrete action space (SB3's ``Categorical``: the same ``torch.multinomial`` draw) or a Box one
+    (its diagonal Gaussian: the same ``normal_`` draw), as the same tensor ops without the module calls
+    and the distribution objects. None elsewhere (gSDE, images, dicts, other distributions)."""
+    parts = _flat_actor_critic(model)
+    if parts is None:
+        return None
+    actor, critic, categorical_actions = parts
+    policy = model.policy
+    action_shape = (-1, *model.action_space.shape)
+
+    def categorical(logits: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        distribution = FlatCategorical(logits)
+        actions = torch.argmax(distribution.probs, dim=1) if deterministic else distribution.sample()
+        return actions, distribution.log_prob(actions)
+
+    def gaussian(mean: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        std = _gaussian_std(policy, mean)
+        if deterministic:
+            actions = mean
+        else:
+            actions = normal_rsample(mean, std)
+        return actions, gaussian_log_prob(actions, mean, std)
+
+    sample = categorical if categorical_actions else gaussian
+
+    def forward(obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        features = obs.float()
+        values = critic(features)
+        actions, log_prob = sample(actor(features), deterministic)
+        return actions.reshape(action_shape), values, log_prob
+
+    forward.__doc__ = f"rlaccel's lean {type(policy).__name__}.forward for collection (same ops, no module calls)"
+    return forward
+
+
+def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None:
+    """A lean ``policy.evaluate_actions(obs, actions)`` for PPO's and A2C's updates (values, log-probabilities of the
+    actions, entropies), for the policies :func:`lean_policy_forward_for` serves: the same tensor ops —
+    torch's ``Categorical`` (normalised logits, ``gather``, the clamped entropy over ``softmax``) or
+    SB3's diagonal Gaussian (``Normal.log_prob`` and ``Normal.entropy`` summed over action dims) — so
+    the same values and autograd graph, without module calls or distribution objects (nor their
+    argument validation: a NaN logit reaches the loss, where the gradient guard sees it, instead of
+    raising in ``Categorical``). None where a forward hook is registered (see :func:`evaluate_actions_of`)."""
+    parts = _flat_actor_critic(model)
+    if parts is None or "evaluate_actions" in model.policy.__dict__:  # a user's own stays
+        return None
+    actor, critic, categorical_actions = parts
+    policy = model.policy
+
+    def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        distribution = FlatCategorical(logits)  # log-probability first, as SB3 asks: probs made after it
+        return distribution.log_prob(actions), distribution.entropy()
+
+    def gaussian(mean: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        std = _gaussian_std(policy, mean)
+        # log-probability before entropy, as SB3 asks them: the order autograd sums std's gradients in
+        log_prob = gaussian_log_prob(actions, mean, std)
+        entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
+        return log_prob, sum_independent_dims(entropy)
+
+    distribution = categorical if categorical_actions else gaussian
+
+    def evaluate_actions(obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        features = obs.float()
+        log_prob, entropy = distribution(actor(features), actions)
+        return critic(features), log_prob, entropy
+
+    return evaluate_actions
+
+
+def evaluate_actions_of(model) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The ``evaluate_actions`` a fused PPO/A2C update calls: :func:`lean_evaluate_actions_for`'s, kept
+    while the policy's module tree stays as it is (``module_cache``; a per-call build is ~20 µs, a
+    fifth of A2C's one-step update), else the policy's own (a user's override included)."""
+    policy = model.policy
+    if "evaluate_actions" in policy.__dict__:
+        return policy.evaluate_actions
+    return cached(policy, "sb3.evaluate_actions", lambda: lean_evaluate_actions_for(model)) or policy.evaluate_actions
+
+
+def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:
+    """SB3's ``DiagGaussianDistribution.proba_distribution`` standard deviation."""
+    return torch.ones_like(mean) * policy.log_std.exp()
+
+
+def _flat_actor_critic(model) -> tuple[Callable, Callable, bool] | None:
+    """The actor (to the action logits or means) and the critic (to the values) of an on-policy MLP policy
+    — SB3's ``ActorCriticPolicy`` on a 1-D Box, shared flatten extractor, no gSDE, Categorical or diagonal
+    Gaussian actions — as flat functions, and whether the actions are categorical; None elsewhere or
+    where a forward hook is registered."""
+    from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+    from stable_baselines3.common.policies import ActorCriticPolicy
+    from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
+
+    policy = model.policy
+    distribution = type(getattr(policy, "action_dist", None))
+    if not isinstance(model, OnPolicyAlgorithm) or type(policy) is not ActorCriticPolicy or model.use_sde \
+            or not policy.share_features_extractor or type(policy.features_extractor) is not FlattenExtractor \
+            or type(policy.mlp_extractor) is not MlpExtractor \
+            or distribution not in (CategoricalDistribution, DiagGaussianDistribution) \
+            or not isinstance(policy.observation_space, spaces.Box) or len(policy.observation_space.shape) != 1:
+        return None
+    extractor, mlp = policy.features_extractor, policy.mlp_extractor
+    hooked = [policy, extractor, extractor.flatten, mlp]
+    actor = flat_layers(hooked, mlp.policy_net, policy.action_net)
+    critic = flat_layers(hooked, mlp.value_net, policy.value_net)
+    if actor is None or critic is None:
+        return None
+    return actor, critic, distribution is CategoricalDistribution

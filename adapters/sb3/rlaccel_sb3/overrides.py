@@ -46,11 +46,6 @@ def remove_train_override(model) -> None:
     remove_override(model, "train")
 
 
-def overridden_train(model) -> Callable | None:
-    """The ``train`` installed by :func:`override_train`, or None."""
-    return model.__dict__.get("train")
-
-
 def override_policy_forward(policy, forward: Callable) -> None:
     """Make ``forward`` the policy's ``forward`` (``policy(obs)`` in on-policy collection calls it). The
     policy is saved as its ``state_dict``, which holds no attribute of this kind."""

@@ -87,10 +87,10 @@ class LeanCollector(Collector):
         """The Q-network's forward on an observation array: the fused updates' flat ``Net`` (the same ops
         without the module calls; built once and kept while the network stays the same) where it
         applies, else the module."""
-        from rlaccel_tianshou.fused import _forward, first_parameter
+        from rlaccel_tianshou.flat_networks import first_parameter, forward_of
 
         net = self.policy.model
-        flat = _forward(net)
+        flat = forward_of(net)
         if flat is net:
             return net
         device = first_parameter(net.model).device  # what MLP.forward reads (torch_device), once per collect

@@ -1,0 +1,74 @@
+"""Fused ``train()`` for SB3 algorithms: the same math as the algorithm's own, in fewer ops.
+
+What changes against SB3's loop of ``gradient_steps`` (each: sample, target forward, online forward,
+loss, ``.item()``, backward, clip, step):
+
+- the ``gradient_steps`` batches are drawn first (in chunks of at most 64 MB of observations: all at
+  once for vector observations, a few steps for Atari frames), by the buffer's own ``sample()`` called
+  as many times, so every RNG (numpy's, the tiered sampler's) is consumed exactly as SB3 consumes
+  it — and stacked into one tensor per field;
+- DQN/QR-DQN's target network does not change inside ``train()`` (SB3 updates it in ``_on_step``), so
+  the targets of a chunk's batches come from **one** forward pass of the target network;
+- on a CUDA device each gradient step is a captured CUDA graph (``rlaccel_plugins.fused.graphs``);
+- the optimizer and the gradient clipping run PyTorch's multi-tensor (``foreach``) kernels (the same
+  arithmetic, one kernel per op for all parameters); losses are logged once per call, no ``.item()``
+  per step;
+- importance weights of the tiered buffer are applied in the loss directly (SB3's own path scales
+  the output gradients through a hook);
+- SAC's, TD3's and DDPG's ``MlpPolicy`` actors and critics run as flat functions of the same tensor
+  ops, without module calls or distribution objects (``rlaccel_sb3.flat_actor_critic``).
+
+One module per algorithm family — :mod:`.value_based` (DQN, QR-DQN), :mod:`.actor_critic` (SAC,
+TD3, DDPG), :mod:`.on_policy` (PPO, A2C) — over :mod:`.batches` and :mod:`.common`; :func:`trains`
+is the dispatch table. Equal to SB3's ``train()``, tested step by step (losses, gradients, parameters, optimizer state, RNG):
+see ``tests/equivalence/test_sb3_fused.py`` for the tolerance and where the op order differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rlaccel_sb3.fused import actor_critic, on_policy, value_based
+from rlaccel_sb3.fused.common import GraphsPerModel
+
+SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
+
+
+def fused_train_for(model, guard=None, cuda_graphs: bool = True,
+                    fused_optimizer: bool = False) -> Callable[..., None] | None:
+    """The fused ``train`` of ``model``'s algorithm, with SB3's signature (``(gradient_steps, batch_size)``
+    off-policy, ``()`` on-policy), or None where there is no equivalence-tested one (an algorithm
+    subclass that overrides ``train`` has none).
+
+    On a CUDA device DQN, QR-DQN, SAC, TD3 and DDPG steps run as captured CUDA graphs
+    (:class:`~rlaccel_plugins.fused.graphs.StepGraphs`) unless ``cuda_graphs=False``; ``guard`` is the
+    :class:`~rlaccel_plugins.updates.guard.GradientGuard` the caller attaches to the model's optimizers
+    (checked on the device there). With ``fused_optimizer=True`` (``training.fused_optimizer``) the
+    optimizers step with PyTorch's single-kernel ``fused=True`` implementation instead of the multi-tensor
+    one: faster on the CPU, rounded differently (equal to SB3's within the tolerance
+    ``tests/equivalence/test_sb3_fused.py`` states). The returned function's ``release()`` drops the graphs and puts
+    the optimizers' kernels back (the callback calls it when it removes the override).
+    """
+    build = trains().get(type(model).train)
+    if build is None:
+        return None
+    graphs = GraphsPerModel(model, guard, cuda_graphs)
+    train = build(model, graphs, fused_optimizer)
+    train.__doc__ = f"rlaccel's fused {type(model).__name__}.train (same math, fewer ops)"
+    train.release = graphs.release
+    train.graphs = graphs
+    return train
+
+
+def trains() -> dict[Callable, Callable]:
+    """The dispatch table: SB3's own ``train`` → the builder of its fused one,
+    ``build(model, graphs, fused_optimizer) -> train``."""
+    from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
+
+    table = {DQN.train: value_based.dqn_train, SAC.train: actor_critic.sac_train,
+             TD3.train: actor_critic.td3_train,  # DDPG's too: SB3's DDPG inherits TD3.train
+             PPO.train: on_policy.ppo_train, A2C.train: on_policy.a2c_train}
+    qrdqn = value_based.qrdqn_own_train()
+    if qrdqn is not None:
+        table[qrdqn] = value_based.qrdqn_train
+    return table

@@ -1,0 +1,203 @@
+"""Fused ``train()`` of the actor-critic algorithms: SAC, TD3 and DDPG (SB3's DDPG is TD3 with one critic
+and no delay), with ``MlpPolicy`` networks as flat functions (:mod:`rlaccel_sb3.flat_actor_critic`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+
+from rlaccel_plugins.fused import OptimizerKernels, zero_grad
+from rlaccel_plugins.fused.kernels import backward_to
+from rlaccel_plugins.fused.module_cache import new_epoch
+from rlaccel_plugins.fused.module_cache import parameters as module_parameters
+from rlaccel_sb3 import flat_actor_critic as flat
+from rlaccel_sb3.fused.batches import Batches, iter_batches, step_of
+from rlaccel_sb3.fused.common import GraphsPerModel, mean_of, step_key
+from rlaccel_sb3.training_mode import set_training_mode
+
+
+def _critic_losses(current: tuple[torch.Tensor, ...], target: torch.Tensor, weights: torch.Tensor | None):
+    """SB3's ``sum(F.mse_loss(q, target) for q in current)``, and the loss to backpropagate: the same,
+    or each critic's squared errors weighted per sample (what the importance-weight hook computes)."""
+    loss = sum(F.mse_loss(q, target) for q in current)
+    if weights is None:
+        return loss, loss
+    w = weights.view(-1, 1).to(target.dtype)
+    return loss, sum((w * (q - target) ** 2).mean() for q in current)
+
+
+def _td3_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerModel,
+               fused_optimizer: bool = False) -> None:
+    from rlaccel_plugins.fused import polyak_update_
+
+    actor, critic = model.actor, model.critic
+    set_training_mode(model.policy, True)
+    optimizers = [actor.optimizer, critic.optimizer]
+    model._update_learning_rate(optimizers)
+    actor_losses, critic_losses = [], []
+    if gradient_steps > 0:
+        epoch = new_epoch()  # each network's tree is checked once per call
+        critic_pairs = module_parameters(critic, epoch), module_parameters(model.critic_target, epoch)
+        actor_pairs = module_parameters(actor, epoch), module_parameters(model.actor_target, epoch)
+        parameters = [*critic_pairs[0], *actor_pairs[0]]
+        actor_f, critic_f, q1_f = flat.actor_forward(actor, epoch), flat.critic_forward(critic, epoch), \
+            flat.critic_q1(critic, epoch)
+        target_actor_f, target_critic_f = (flat.actor_forward(model.actor_target, epoch),
+                                           flat.critic_forward(model.critic_target, epoch))
+
+        def step(observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
+                 update_actor: bool):
+            with torch.no_grad():
+                noise = actions.clone().data.normal_(0, model.target_policy_noise)
+                noise = noise.clamp(-model.target_noise_clip, model.target_noise_clip)
+                next_actions = (target_actor_f(next_observations) + noise).clamp(-1, 1)
+                next_q = torch.cat(target_critic_f(next_observations, next_actions), dim=1)
+                next_q, _ = torch.min(next_q, dim=1, keepdim=True)
+                target = rewards + (1 - dones) * discounts * next_q
+            critic_loss, weighted = _critic_losses(critic_f(observations, actions), target, weights)
+            zero_grad(critic.optimizer)
+            weighted.backward()
+            steps.optimizer_step(critic.optimizer)
+            if not update_actor:
+                return (critic_loss.detach(),)
+            actor_loss = -q1_f(observations, actor_f(observations)).mean()
+            zero_grad(actor.optimizer)
+            backward_to(actor_loss, actor.optimizer)  # not into the critic's weights: never applied
+            steps.optimizer_step(actor.optimizer)
+            polyak_update_(*critic_pairs, model.tau)
+            polyak_update_(*actor_pairs, model.tau)
+            polyak_update_(model.critic_batch_norm_stats, model.critic_batch_norm_stats_target, 1.0)
+            polyak_update_(model.actor_batch_norm_stats, model.actor_batch_norm_stats_target, 1.0)
+            return critic_loss.detach(), actor_loss.detach()
+
+        steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
+        with OptimizerKernels(optimizers, fused=fused_optimizer):
+            for batches, i in _each_step(model, gradient_steps, batch_size):
+                model._n_updates += 1
+                update_actor = model._n_updates % model.policy_delay == 0
+                inputs = _actor_critic_inputs(model, batches, i)
+                steps.step = functools.partial(step, update_actor=update_actor)
+                outputs = steps.run(step_key(steps, parameters, optimizers, inputs, update_actor), inputs)
+                critic_losses.append(outputs[0])
+                if update_actor:
+                    actor_losses.append(outputs[1])
+        graphs.finish(optimizers)
+    model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
+    if actor_losses:
+        model.logger.record("train/actor_loss", mean_of(actor_losses))
+    model.logger.record("train/critic_loss", mean_of(critic_losses) if critic_losses else np.nan)
+
+
+def _each_step(model, gradient_steps: int, batch_size: int):
+    """``(batches, i)`` for every gradient step: step ``i`` of the chunk ``batches``."""
+    for batches in iter_batches(model, gradient_steps, batch_size):
+        for i in range(batches.k):
+            yield batches, i
+
+
+def _actor_critic_inputs(model, batches: Batches, i: int) -> tuple:
+    """Step ``i``'s tensors, in the order the actor-critic step functions take them."""
+    observations, actions = batches.step(i)
+    discounts = batches.discounts[i] if batches.discounts is not None else model.gamma
+    inputs = (observations, actions, step_of(batches.next_observations, i), batches.rewards[i], batches.dones[i],
+              discounts)
+    return inputs + (batches.weights[i],) if batches.weights is not None else inputs
+
+
+def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerModel,
+               fused_optimizer: bool = False) -> None:
+    from rlaccel_plugins.fused import polyak_update_
+
+    actor, critic = model.actor, model.critic
+    set_training_mode(model.policy, True)
+    optimizers = [actor.optimizer, critic.optimizer]
+    if model.ent_coef_optimizer is not None:
+        optimizers += [model.ent_coef_optimizer]
+    model._update_learning_rate(optimizers)
+    ent_coef_losses, ent_coefs, actor_losses, critic_losses = [], [], [], []
+    if gradient_steps > 0:
+        epoch = new_epoch()  # each network's tree is checked once per call
+        critic_pairs = module_parameters(critic, epoch), module_parameters(model.critic_target, epoch)
+        parameters = [*critic_pairs[0], *module_parameters(actor, epoch)]
+        sample_f, critic_f = flat.action_log_prob(actor, epoch), flat.critic_forward(critic, epoch)
+        target_critic_f = flat.critic_forward(model.critic_target, epoch)
+        tuned = model.ent_coef_optimizer is not None and model.log_ent_coef is not None
+
+        def step(observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
+                 update_target: bool):
+            if model.use_sde:
+                actor.reset_noise()
+            actions_pi, log_prob = sample_f(observations)
+            log_prob = log_prob.reshape(-1, 1)
+            outputs = ()
+            if tuned:
+                ent_coef = torch.exp(model.log_ent_coef.detach())
+                ent_coef_loss = -(model.log_ent_coef * (log_prob + model.target_entropy).detach()).mean()
+                outputs = (ent_coef_loss.detach(),)
+                zero_grad(model.ent_coef_optimizer)
+                ent_coef_loss.backward()
+                steps.optimizer_step(model.ent_coef_optimizer)
+            else:
+                ent_coef = model.ent_coef_tensor
+            outputs += (ent_coef.detach().reshape(()),)
+            with torch.no_grad():
+                next_actions, next_log_prob = sample_f(next_observations)
+                next_q = torch.cat(target_critic_f(next_observations, next_actions), dim=1)
+                next_q, _ = torch.min(next_q, dim=1, keepdim=True)
+                next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
+                target = rewards + (1 - dones) * discounts * next_q
+            critic_loss, weighted = _critic_losses(critic_f(observations, actions), target, weights)
+            critic_loss, weighted = 0.5 * critic_loss, 0.5 * weighted
+            zero_grad(critic.optimizer)
+            weighted.backward()
+            steps.optimizer_step(critic.optimizer)
+            q_values_pi = torch.cat(critic_f(observations, actions_pi), dim=1)
+            min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
+            actor_loss = (ent_coef * log_prob - min_qf_pi).mean()
+            zero_grad(actor.optimizer)
+            backward_to(actor_loss, actor.optimizer)  # not into the critics' weights: never applied
+            steps.optimizer_step(actor.optimizer)
+            if update_target:
+                polyak_update_(*critic_pairs, model.tau)
+                polyak_update_(model.batch_norm_stats, model.batch_norm_stats_target, 1.0)
+            return (*outputs, critic_loss.detach(), actor_loss.detach())
+
+        steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
+        with OptimizerKernels(optimizers, fused=fused_optimizer):
+            for gradient_step, (batches, i) in enumerate(_each_step(model, gradient_steps, batch_size)):
+                update_target = gradient_step % model.target_update_interval == 0
+                inputs = _actor_critic_inputs(model, batches, i)
+                steps.step = functools.partial(step, update_target=update_target)
+                outputs = steps.run(step_key(steps, parameters, optimizers, inputs, update_target), inputs)
+                if tuned:
+                    ent_coef_losses.append(outputs[0])
+                ent_coefs.append(outputs[-3])
+                critic_losses.append(outputs[-2])
+                actor_losses.append(outputs[-1])
+        graphs.finish(optimizers)
+    model._n_updates += gradient_steps
+    model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
+    nan = np.nan
+    model.logger.record("train/ent_coef", mean_of(ent_coefs) if ent_coefs else nan)
+    model.logger.record("train/actor_loss", mean_of(actor_losses) if actor_losses else nan)
+    model.logger.record("train/critic_loss", mean_of(critic_losses) if critic_losses else nan)
+    if ent_coef_losses:
+        model.logger.record("train/ent_coef_loss", mean_of(ent_coef_losses))
+
+
+def sac_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
+    def train(gradient_steps: int, batch_size: int = 100) -> None:
+        _sac_train(model, gradient_steps, batch_size, graphs, fused_optimizer)
+    return train
+
+
+def td3_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
+    """TD3's and DDPG's (SB3's ``DDPG`` inherits ``TD3.train``)."""
+    def train(gradient_steps: int, batch_size: int = 100) -> None:
+        _td3_train(model, gradient_steps, batch_size, graphs, fused_optimizer)
+    return train

@@ -1,0 +1,131 @@
+"""Fused ``train()`` of the value-based algorithms: DQN and QR-DQN (the target network is fixed for the
+call, so all targets of a chunk come from one forward)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+
+from rlaccel_plugins.fused import OptimizerKernels, zero_grad
+from rlaccel_plugins.fused.kernels import clip_grad_norm
+from rlaccel_plugins.fused.module_cache import new_epoch
+from rlaccel_plugins.fused.module_cache import parameters as module_parameters
+from rlaccel_sb3 import flat_actor_critic as flat
+from rlaccel_sb3.fused.batches import Batches, flatten_steps, iter_batches
+from rlaccel_sb3.fused.common import GraphsPerModel, mean_of, step_key
+from rlaccel_sb3.training_mode import set_training_mode
+
+
+def qrdqn_own_train():
+    """``sb3_contrib.QRDQN.train``, or None without sb3-contrib."""
+    try:
+        from sb3_contrib import QRDQN
+    except ImportError:  # sb3-contrib is optional
+        return None
+    return QRDQN.train
+
+
+def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callable, loss_of: Callable,
+                 graphs: GraphsPerModel, network_of: Callable, fused_optimizer: bool = False) -> None:
+    """DQN-style ``train()``: the target network is fixed for the call, so all targets come first.
+    ``network_of()``: the online network's forward for the call (DQN's as flat layers where it can be)."""
+    policy = model.policy
+    set_training_mode(policy, True)
+    model._update_learning_rate(policy.optimizer)
+    losses = []
+    if gradient_steps > 0:
+        parameters = module_parameters(policy)
+        optimizers = [policy.optimizer]
+        network = network_of()
+
+        def step(observations, actions, target, weights=None):
+            loss, weighted = loss_of(model, network, observations, actions, target, weights, batch_size)
+            zero_grad(policy.optimizer)
+            weighted.backward()
+            if model.max_grad_norm is not None:
+                clip_grad_norm(parameters, model.max_grad_norm)
+            steps.optimizer_step(policy.optimizer)
+            return (loss.detach(),)
+
+        steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
+        with OptimizerKernels(optimizers, fused=fused_optimizer):
+            for batches in iter_batches(model, gradient_steps, batch_size):
+                discounts = batches.discounts if batches.discounts is not None else model.gamma
+                with torch.no_grad():
+                    targets = targets_of(model, batches, discounts, batches.k, batch_size)
+                for i in range(batches.k):
+                    observations, actions = batches.step(i)
+                    inputs = (observations, actions, targets[i])
+                    if batches.weights is not None:
+                        inputs += (batches.weights[i],)
+                    (loss,) = steps.run(step_key(steps, parameters, optimizers, inputs), inputs)
+                    losses.append(loss)
+        graphs.finish(optimizers)
+    model._n_updates += gradient_steps
+    model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
+    model.logger.record("train/loss", mean_of(losses) if losses else np.nan)
+
+
+def _dqn_targets(model, batches: Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
+    next_q = model.q_net_target(flatten_steps(batches.next_observations))
+    next_q = next_q.max(dim=1).values.reshape(k, -1, 1)
+    return batches.rewards + (1 - batches.dones) * discounts * next_q
+
+
+def _dqn_loss(model, q_net: Callable, observations, actions, target, weights, batch_size: int):
+    current = torch.gather(q_net(observations), dim=1, index=actions.long())
+    if weights is None:
+        loss = F.smooth_l1_loss(current, target)
+        return loss, loss
+    per_sample = F.smooth_l1_loss(current, target, reduction="none")
+    return per_sample.mean(), (per_sample * weights.view(-1, 1).to(per_sample.dtype)).mean()
+
+
+def _qrdqn_targets(model, batches: Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
+    next_quantiles = model.quantile_net_target(flatten_steps(batches.next_observations))
+    greedy = next_quantiles.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True)
+    greedy = greedy.expand(k * batch_size, model.n_quantiles, 1)
+    next_quantiles = next_quantiles.gather(dim=2, index=greedy).squeeze(dim=2).reshape(k, batch_size, -1)
+    return batches.rewards + (1 - batches.dones) * discounts * next_quantiles
+
+
+def _qrdqn_loss(model, quantile_net: Callable, observations, actions, target, weights, batch_size: int):
+    from sb3_contrib.common.utils import quantile_huber_loss
+
+    current = quantile_net(observations)
+    index = actions[..., None].long().expand(batch_size, model.n_quantiles, 1)
+    current = torch.gather(current, dim=2, index=index).squeeze(dim=2)
+    if weights is None:
+        loss = quantile_huber_loss(current, target, sum_over_quantiles=True)
+        return loss, loss
+    return _weighted_quantile_huber(current, target, weights)
+
+
+def _weighted_quantile_huber(current: torch.Tensor, target: torch.Tensor, weights: torch.Tensor):
+    """sb3-contrib's ``quantile_huber_loss(sum_over_quantiles=True)`` per sample, then weighted."""
+    n_quantiles = current.shape[-1]
+    cum_prob = (torch.arange(n_quantiles, device=current.device, dtype=torch.float) + 0.5) / n_quantiles
+    cum_prob = cum_prob.view(1, -1, 1)
+    pairwise_delta = target.unsqueeze(-2) - current.unsqueeze(-1)
+    abs_pairwise_delta = torch.abs(pairwise_delta)
+    huber_loss = torch.where(abs_pairwise_delta > 1, abs_pairwise_delta - 0.5, pairwise_delta**2 * 0.5)
+    per_sample = (torch.abs(cum_prob - (pairwise_delta.detach() < 0).float()) * huber_loss).sum(dim=-2).mean(dim=-1)
+    return per_sample.mean(), (per_sample * weights.to(per_sample.dtype)).mean()
+
+
+def dqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
+    def train(gradient_steps: int, batch_size: int = 100) -> None:
+        _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs,
+                     lambda: flat.q_values(model.q_net, new_epoch()), fused_optimizer)
+    return train
+
+
+def qrdqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
+    def train(gradient_steps: int, batch_size: int = 100) -> None:
+        _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs,
+                     lambda: model.quantile_net, fused_optimizer)
+    return train

@@ -1,0 +1,74 @@
+"""Fused updates of the value-based algorithms: DQN (plain and double, Huber or MSE, any n-step, with or
+without a target network) and QR-DQN, on a Tianshou ``Net``."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rlaccel_tianshou.flat_networks import forward_of, is_mode_free, lagged
+from rlaccel_tianshou.fused.common import (
+    _as_input,
+    _nstep_returns,
+    _step,
+    _training,
+    _weights,
+)
+
+
+def dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
+    """DQN's ``_preprocess_batch`` + ``_update_with_batch``."""
+    from tianshou.algorithm.modelfree.dqn import SimpleLossTrainingStats
+
+    model = dqn.policy.model
+    mode_free = is_mode_free(model)
+
+    def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
+        online, _ = forward_of(model)(obs_next)
+        target_q = forward_of(lagged(dqn.model_old, mode_free))(obs_next)[0] if dqn.use_target_network else online
+        if dqn.is_double:  # Tianshou indexes with the argmax as numpy arrays: the same values
+            return target_q.gather(1, online.argmax(dim=1, keepdim=True)).squeeze(1)
+        return target_q.max(dim=1)[0]
+
+    returns = _nstep_returns(dqn, buffer, indices, dqn.n_step, target_q_of)
+    obs, act = buffer.obs[indices], buffer.act[indices]
+    with _training(wrapper, dqn, [model], obs, act):
+        dqn._periodically_update_lagged_network_weights()
+        q = forward_of(model)(_as_input(dqn, obs))[0]
+        q = q.gather(1, torch.as_tensor(act, dtype=torch.long, device=q.device).reshape(-1, 1)).squeeze(1)
+        returns = returns.flatten().to(q.dtype)
+        if dqn.huber_loss_delta is not None:
+            loss = torch.nn.functional.huber_loss(q.reshape(-1, 1), returns.reshape(-1, 1),
+                                                  delta=dqn.huber_loss_delta, reduction="mean")
+        else:
+            loss = ((returns - q).pow(2) * _weights(weight, returns)).mean()
+        _step(dqn.optim, loss)
+    return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
+
+
+def qrdqn_learn(wrapper, qrdqn, buffer, indices: np.ndarray, weight):
+    """QRDQN's ``_preprocess_batch`` + ``_update_with_batch`` (the quantile Huber loss)."""
+    from tianshou.algorithm.modelfree.dqn import SimpleLossTrainingStats
+
+    model = qrdqn.policy.model
+    mode_free = is_mode_free(model)
+
+    def target_q_of(obs_next: torch.Tensor) -> torch.Tensor:
+        online, _ = forward_of(model)(obs_next)
+        act = online.mean(2).argmax(dim=1).cpu().numpy()
+        next_dist = forward_of(lagged(qrdqn.model_old, mode_free))(obs_next)[0] if qrdqn.use_target_network else online
+        return next_dist[np.arange(len(act)), act, :]
+
+    returns = _nstep_returns(qrdqn, buffer, indices, qrdqn.n_step, target_q_of)
+    obs, act = buffer.obs[indices], buffer.act[indices]
+    with _training(wrapper, qrdqn, [model], obs, act):
+        qrdqn._periodically_update_lagged_network_weights()
+        curr_dist = forward_of(model)(_as_input(qrdqn, obs))[0]
+        curr_dist = curr_dist[np.arange(len(act)), act, :].unsqueeze(2)
+        target_dist = returns.unsqueeze(1)
+        dist_diff = torch.nn.functional.smooth_l1_loss(target_dist, curr_dist, reduction="none")
+        huber_loss = (dist_diff * (qrdqn.tau_hat - (target_dist - curr_dist).detach().le(0.0).float()).abs()) \
+            .sum(-1).mean(1)
+        loss = (huber_loss * _weights(weight, returns)).mean()
+        _step(qrdqn.optim, loss)
+    return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
