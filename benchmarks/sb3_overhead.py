@@ -68,13 +68,14 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=10_000)
     parser.add_argument("--grad-steps", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--fill", type=int, default=50_000, help="transitions in the buffers the gradient steps sample")
     parser.add_argument("--json", help="write results here")
     args = parser.parse_args()
 
     trained = {}
     for tiered in (False, True):  # fill each buffer once for the gradient-step timing
         model = make(tiered, learning_starts=0, train_freq=256, gradient_steps=0)
-        model.learn(50_000)
+        model.learn(args.fill)
         model.policy.set_training_mode(True)
         trained[tiered] = model
     times = {"env_stock": [], "env_tiered": [], "env_dropin": [], "grad_stock": [], "grad_tiered": []}

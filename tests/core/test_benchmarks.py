@@ -21,7 +21,7 @@ TINY = {
     "fused_bench.py": ["--steps", "2", "--rounds", "1", "--algos", "dqn", "--no-ppo", "--frameworks", "sb3"],
     "grad_norm_bench.py": [],
     "replay_bench.py": ["--capacity-scale", "0.01", "--episode", "50", "--repeats", "2"],
-    "sb3_overhead.py": ["--env-steps", "64", "--grad-steps", "4", "--rounds", "1"],
+    "sb3_overhead.py": ["--env-steps", "64", "--grad-steps", "4", "--rounds", "1", "--fill", "256"],
     "tianshou_overhead.py": ["--env-steps", "64", "--rounds", "1", "--atari-size", "256"],
     "update_overheads.py": ["--rounds", "1", "--number", "2"],
     "updates_bench.py": ["--batch-sizes", "32", "--steps", "2", "--rounds", "1"],
