@@ -14,7 +14,7 @@ from __future__ import annotations
 from rlaccel_plugins.hookspecs import hookimpl
 from rlaccel_plugins.lazy import lazy_exports
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "AccelConfig": "rlaccel_plugins.config",
