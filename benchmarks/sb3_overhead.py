@@ -26,6 +26,8 @@ from rlaccel_sb3 import TieredReplayBuffer
 from rlaccel_sb3.train import zoo_settings
 from stable_baselines3 import DQN
 
+from rlaccel_plugins.bench.timing import interleaved, median_ratio, medians, round_ratios
+
 
 def make(tiered: bool, **kw) -> DQN:
     settings = zoo_settings("dqn", "CartPole-v1")
@@ -78,17 +80,17 @@ def main() -> None:
         model.learn(args.fill)
         model.policy.set_training_mode(True)
         trained[tiered] = model
-    times = {"env_stock": [], "env_tiered": [], "env_dropin": [], "grad_stock": [], "grad_tiered": []}
-    for _ in range(args.rounds):
-        for tiered, name in ((False, "stock"), (True, "tiered")):
-            times[f"env_{name}"].append(env_step_us(tiered, args.env_steps))
-            times[f"grad_{name}"].append(grad_step_ms(trained[tiered], args.grad_steps))
-        times["env_dropin"].append(env_step_us(True, args.env_steps, dropin=True))
+    rounds = interleaved({
+        "env_stock": lambda: env_step_us(False, args.env_steps),
+        "grad_stock": lambda: grad_step_ms(trained[False], args.grad_steps),
+        "env_tiered": lambda: env_step_us(True, args.env_steps),
+        "grad_tiered": lambda: grad_step_ms(trained[True], args.grad_steps),
+        "env_dropin": lambda: env_step_us(True, args.env_steps, dropin=True)}, args.rounds)
+    times = {k: rounds[k] for k in ("env_stock", "env_tiered", "env_dropin", "grad_stock", "grad_tiered")}
     calls = {name: buffer_call_us(trained[tiered]) for tiered, name in ((False, "stock"), (True, "tiered"))}
-    med = {k: float(np.median(v)) for k, v in times.items()}
-    ratio = {kind: float(np.median(np.array(times[f"{kind}_tiered"]) / np.array(times[f"{kind}_stock"])))
-             for kind in ("env", "grad")}
-    dropin = float(np.median(np.array(times["env_dropin"]) / np.array(times["env_stock"])))
+    med = medians(times)
+    ratio = {kind: median_ratio(times, f"{kind}_tiered", f"{kind}_stock") for kind in ("env", "grad")}
+    dropin = median_ratio(times, "env_dropin", "env_stock")
     result = {**med, "env_step_overhead": ratio["env"] - 1, "grad_step_overhead": ratio["grad"] - 1,
               "dropin_env_step_overhead": dropin - 1,
               "rounds": times, "add_us": {k: v[0] for k, v in calls.items()},
@@ -101,8 +103,8 @@ def main() -> None:
           f"overhead {dropin - 1:+.1%}  (tiered buffer + AccelerateCallback)")
     print(f"per gradient step: stock {med['grad_stock']:8.3f} ms   tiered {med['grad_tiered']:8.3f} ms   "
           f"overhead {result['grad_step_overhead']:+.1%}")
-    spread = {kind: np.array(times[f"{kind}_tiered"]) / np.array(times[f"{kind}_stock"]) for kind in ("env", "grad")}
-    spread["dropin"] = np.array(times["env_dropin"]) / np.array(times["env_stock"])
+    spread = {kind: round_ratios(times, f"{kind}_tiered", f"{kind}_stock") for kind in ("env", "grad")}
+    spread["dropin"] = round_ratios(times, "env_dropin", "env_stock")
     print(f"per-round ratio range: env step {spread['env'].min():.2f}-{spread['env'].max():.2f} "
           f"(drop-in {spread['dropin'].min():.2f}-{spread['dropin'].max():.2f}), "
           f"gradient step {spread['grad'].min():.2f}-{spread['grad'].max():.2f}")

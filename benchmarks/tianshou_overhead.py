@@ -20,6 +20,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -34,6 +35,8 @@ from tianshou.data import Batch, Collector, ReplayBufferManager, VectorReplayBuf
 from tianshou.env import DummyVectorEnv
 from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
+
+from rlaccel_plugins.bench.timing import interleaved, medians
 
 TIERS = dict(level_capacity=[2000, 18000], sampling_ratio=[0.3, 0.7])
 
@@ -102,11 +105,8 @@ def main() -> None:
     parser.add_argument("--json", help="write results here")
     args = parser.parse_args()
     variants = ("stock", "tiered", "tiered, stock hasnull")
-    times = {v: [] for v in variants}
-    for _ in range(args.rounds):
-        for v in variants:
-            times[v].append(run(v, args.env_steps))
-    med = {v: float(np.median(t)) * 1e6 for v, t in times.items()}
+    times = interleaved({v: functools.partial(run, v, args.env_steps) for v in variants}, args.rounds)
+    med = {v: m * 1e6 for v, m in medians(times).items()}
     print(f"CartPole-v1 DQN (Tianshou test_dqn settings), {args.env_steps} env steps, median of {args.rounds} rounds")
     for v in variants:
         print(f"  {v:<24} {med[v]:8.1f} us per env step   ({med[v] / med['stock']:.2f}x stock)")

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 import rlaccel_plugins as rla
+from rlaccel_plugins.bench.timing import interleaved, medians, seconds
 
 
 def make_policy():
@@ -58,10 +58,8 @@ def make_batch(batch_size: int, seed: int = 0):
 
 
 def time_steps(policy, batch, steps: int) -> float:
-    start = time.perf_counter()
-    for _ in range(steps):
-        dqn_step(policy, batch)
-    return 1e3 * (time.perf_counter() - start) / steps
+    """Milliseconds per DQN update step, over ``steps`` steps."""
+    return 1e3 * seconds(lambda: [dqn_step(policy, batch) for _ in range(steps)]) / steps
 
 
 def bench(batch_size: int, steps: int, rounds: int) -> dict:
@@ -78,12 +76,10 @@ def bench(batch_size: int, steps: int, rounds: int) -> dict:
     preset_upd.attach(scheduled.q_net, scheduled.optimizer, example_input=batch[0][:8], name="q_net")
     for policy in (stock, dense, scheduled):
         time_steps(policy, batch, 2)  # warm-up
-    times = {"full": [], "dense": [], "preset": []}
-    for _ in range(rounds):
-        times["full"].append(time_steps(stock, batch, steps))
-        times["dense"].append(time_steps(dense, batch, steps))
-        times["preset"].append(time_steps(scheduled, batch, steps))
-    med = {k: float(np.median(v)) for k, v in times.items()}
+    times = interleaved({"full": lambda: time_steps(stock, batch, steps),
+                         "dense": lambda: time_steps(dense, batch, steps),
+                         "preset": lambda: time_steps(scheduled, batch, steps)}, rounds)
+    med = medians(times)
     s = dense_upd.stats
     fwd = s["flops_forward"]
     flop_ratio = (2 * fwd + s["flops_backward_dense"]) / (2 * fwd + s["flops_backward_full"])

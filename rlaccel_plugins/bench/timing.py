@@ -1,0 +1,51 @@
+"""Interleaved timing, shared by the maintained benchmarks (`benchmarks/`).
+
+Every variant is timed once per round, the rounds one after another, so a slow phase of the host (another
+process, a frequency change) hits every variant of that round alike; a ratio is taken within a round, and
+the median over rounds is reported, with the range of the per-round ratios beside it.
+
+Example:
+    >>> from rlaccel_plugins.bench.timing import interleaved, median_ratio
+    >>> times = interleaved({"a": lambda: 2.0, "b": lambda: 1.0}, rounds=3)
+    >>> times["a"], median_ratio(times, "b", "a")
+    ([2.0, 2.0, 2.0], 0.5)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+
+def interleaved(variants: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """``rounds`` rounds, each calling every variant once in the mapping's order; each call returns its own
+    measure (seconds, µs per step ...). Returns the measures per variant, in round order."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, measure in variants.items():
+            times[name].append(measure())
+    return times
+
+
+def seconds(run: Callable[[], object]) -> float:
+    """Wall-clock seconds of one call of ``run``."""
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def medians(times: Mapping[str, list[float]]) -> dict[str, float]:
+    """The median of each variant's measures."""
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
+def round_ratios(times: Mapping[str, list[float]], variant: str, baseline: str) -> np.ndarray:
+    """``variant / baseline`` within each round."""
+    return np.asarray(times[variant]) / np.asarray(times[baseline])
+
+
+def median_ratio(times: Mapping[str, list[float]], variant: str, baseline: str) -> float:
+    """The median over rounds of ``variant / baseline`` within a round."""
+    return float(np.median(round_ratios(times, variant, baseline)))
