@@ -20,6 +20,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import platform
@@ -108,13 +109,8 @@ def _interleaved(calls: dict, steps: int, rounds: int) -> dict[str, float]:
 
 def _flat(on: bool, call):
     def run():
-        covered = flat_optim._covered
-        if not on:
-            flat_optim._covered = lambda optimizer: False
-        try:
+        with contextlib.nullcontext() if on else flat_optim.plain_steps():
             call()
-        finally:
-            flat_optim._covered = covered
     return run
 
 

@@ -35,6 +35,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from itertools import chain
 
@@ -50,10 +51,25 @@ _ONE = torch.tensor(1.0)  # PyTorch's increment of CPU step counts, made once
 _LAYOUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> {group index: _Layout}
 
 
+_enabled = True
+
+
+@contextlib.contextmanager
+def plain_steps():
+    """Within it, :func:`optimizer_step` is ``optimizer.step()`` for every optimizer: how a benchmark
+    times the flat step against PyTorch's own in one process."""
+    global _enabled
+    before, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = before
+
+
 def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
     """``optimizer.step()``, as flat ops where this module covers the optimizer (see the module's docstring)."""
     guard = _plain_step_or_guard(optimizer)
-    if guard is False or not _covered(optimizer):
+    if guard is False or not _enabled or not _covered(optimizer):
         optimizer.step()
         return
     with torch.no_grad():

@@ -211,3 +211,14 @@ def test_zero_grad_is_the_optimizers_and_defers_to_its_own_override(monkeypatch)
         net(torch.ones(3, 4)).sum().backward()
         zero_grad(own)
         assert all(p.grad is not None and not p.grad.any() for p in net.parameters())
+
+
+def test_plain_steps_hand_every_step_to_pytorch_and_end_with_the_block():
+    net = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(net.parameters(), foreach=True)
+    net(torch.ones(3, 4)).sum().backward()
+    with flat_optim.plain_steps():
+        optimizer_step(optimizer)
+    assert optimizer not in flat_optim._LAYOUTS  # PyTorch's own step: no flat buffers made
+    optimizer_step(optimizer)
+    assert optimizer in flat_optim._LAYOUTS
