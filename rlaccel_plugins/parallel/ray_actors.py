@@ -232,10 +232,10 @@ class RayActorPool:
         self.stats = [ActorStats() for _ in range(num_actors)]
         self._in_flight: dict[Any, int] = {}  # ObjectRef -> actor index
         self._failures = [0] * num_actors
-        self._dead: set[int] = set()  # actors whose requests failed since their last chunk
         self._next_seq: dict[str, int] = {}  # incarnation -> the sequence number of its next chunk
         self._incarnation: list[str | None] = [None] * num_actors  # the one that delivered last
-        self._in_flight_at_failure = [0] * num_actors  # requests out when an actor's requests began to fail
+        # requests out when an actor's requests began to fail since its last chunk (0: none failed)
+        self._in_flight_at_failure = [0] * num_actors
         self._retry_at: dict[int, float] = {}  # actor -> when to ask it again (monotonic seconds)
         self._weights_ref = None
         self._version = 0
@@ -383,7 +383,6 @@ class RayActorPool:
                         chunk.seq - expected, index, chunk.incarnation)
         self._next_seq[chunk.incarnation] = chunk.seq + 1
         self._failures[index] = 0
-        self._dead.discard(index)
         chunk.latency = max(0.0, time.time() - chunk.finished_at)
         stats.chunks += 1
         stats.steps += chunk.steps
@@ -413,8 +412,7 @@ class RayActorPool:
         self._in_flight[ref] = index
 
     def _on_actor_failure(self, index: int) -> None:
-        if index not in self._dead:  # its first failure since its last chunk: what was out then
-            self._dead.add(index)
+        if not self._in_flight_at_failure[index]:  # its first failure since its last chunk: what was out then
             self._in_flight_at_failure[index] = 1 + sum(i == index for i in self._in_flight.values())
         if any(i == index for i in self._in_flight.values()):
             return  # wait until every request sent to it has failed
