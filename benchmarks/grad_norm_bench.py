@@ -5,15 +5,17 @@ call, minimum of 15 interleaved rounds, one torch thread, on the gradients of a 
 DQN 64-64 Q-network and SAC's entropy coefficient.
 
 Usage:
-    python benchmarks/grad_norm_bench.py
+    python benchmarks/grad_norm_bench.py [--rounds 15] [--number 500]
 """
 
 from __future__ import annotations
 
+import argparse
 import timeit
 
 import torch
 
+from rlaccel_plugins.bench.timing import interleaved
 from rlaccel_plugins.fused.kernels import clip_grad_norm, total_norm
 
 NETWORKS = {"SAC critic 256-256": [(256, 5), (256,), (256, 256), (256,), (1, 256), (1,)] * 2,
@@ -29,18 +31,20 @@ def candidates(params: list[torch.nn.Parameter]) -> dict:
             "clip_grad_norm": lambda: clip_grad_norm(params, 1e9)}
 
 
-def main(rounds: int = 15, number: int = 500) -> None:
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (the minimum is reported)")
+    parser.add_argument("--number", type=int, default=500, help="calls per candidate per round")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     for name, shapes in NETWORKS.items():
         params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
         for p in params:
             p.grad = torch.randn_like(p)
         calls = candidates(params)
-        seconds: dict[str, list[float]] = {k: [] for k in calls}
-        for _ in range(rounds):  # interleaved: each round times every candidate once
-            for k, f in calls.items():
-                seconds[k].append(timeit.timeit(f, number=number))
-        us = {k: min(v) / number * 1e6 for k, v in seconds.items()}
+        seconds = interleaved({k: lambda f=f: timeit.timeit(f, number=args.number) for k, f in calls.items()},
+                              args.rounds)
+        us = {k: min(v) / args.number * 1e6 for k, v in seconds.items()}
         print(f"{name}: " + "  ".join(f"{k} {v:.1f} µs" for k, v in us.items())
               + f"  norm {us['total_norm'] / us['get_total_norm']:.2f}x"
               + f"  clip {us['clip_grad_norm'] / us['clip_grad_norm_']:.2f}x")

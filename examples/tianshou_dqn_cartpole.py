@@ -1,6 +1,6 @@
 """Tianshou DQN on CartPole-v1 with rlaccel's tiered vector buffer, trained to the 475 threshold.
 
-    python examples/tianshou_dqn_cartpole.py [--steps 100000] [--seed 0]
+    python examples/tianshou_dqn_cartpole.py [--steps 100000] [--seed 0] [--stop-at 475] [--epoch-steps 10000]
 
 The rlaccel lines are marked; with `VectorReplayBuffer(50_000, 10)` and `Collector` there it is a plain
 Tianshou run.
@@ -26,8 +26,10 @@ from tianshou.utils.net.common import Net
 NUM_ENVS, EPOCH_STEPS = 10, 10_000
 
 
-def train(seed: int = 0, max_steps: int = 100_000) -> tuple[float, int, float]:
-    """Train until a 10-episode test mean reaches 475 or ``max_steps``; returns (best, env steps, seconds)."""
+def train(seed: int = 0, max_steps: int = 100_000, stop_at: float = 475.0,
+          epoch_steps: int = EPOCH_STEPS) -> tuple[float, int, float]:
+    """Train until a 10-episode test mean (run every ``epoch_steps``) reaches ``stop_at`` or ``max_steps``;
+    returns (best, env steps, seconds)."""
     torch.manual_seed(seed)
     np.random.seed(seed)
     training_envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(NUM_ENVS)])
@@ -50,10 +52,10 @@ def train(seed: int = 0, max_steps: int = 100_000) -> tuple[float, int, float]:
     start = time.perf_counter()
     result = algorithm.run_training(OffPolicyTrainerParams(
         training_collector=training_collector, test_collector=test_collector,
-        max_epochs=max(1, max_steps // EPOCH_STEPS), epoch_num_steps=min(EPOCH_STEPS, max_steps),
+        max_epochs=max(1, max_steps // epoch_steps), epoch_num_steps=min(epoch_steps, max_steps),
         collection_step_num_env_steps=10,
         test_step_num_episodes=10, batch_size=64, update_step_num_gradient_steps_per_sample=0.5,
-        training_fn=training_fn, stop_fn=lambda mean_reward: mean_reward >= 475, show_progress=False, verbose=False))
+        training_fn=training_fn, stop_fn=lambda mean_reward: mean_reward >= stop_at, show_progress=False, verbose=False))
     return float(result.best_reward), int(training_collector.collect_step), time.perf_counter() - start
 
 
@@ -61,8 +63,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-at", type=float, default=475.0, help="the test mean that ends training")
+    parser.add_argument("--epoch-steps", type=int, default=EPOCH_STEPS, help="env steps between test runs")
     args = parser.parse_args()
-    best, steps, seconds = train(args.seed, args.steps)
+    best, steps, seconds = train(args.seed, args.steps, args.stop_at, args.epoch_steps)
     print(f"CartPole-v1 Tianshou DQN + tiered replay: best test mean {best:.1f} after {steps} env steps, {seconds:.1f} s")
 
 

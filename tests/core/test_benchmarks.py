@@ -2,15 +2,16 @@
 timing: nothing here is asserted about speed). ``gpu_bench.py`` needs CUDA (``benchmarks/gpu_check.sh``
 runs it on a GPU machine) and ``ray_scaling.py`` starts a Ray cluster per run (half a minute), so
 both are only checked to parse their arguments. The finished one-offs in ``benchmarks/investigations/``
-are not maintained and not run."""
+are not maintained and not run.
+Each runs in the test's own process (``tests.script_helpers.run_script``)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.script_helpers import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +20,7 @@ TINY = {
     "collect_bench.py": ["--envs", "2", "--steps", "64", "--rounds", "1"],
     "dropin_learn.py": ["--steps", "512", "--segment", "256"],
     "fused_bench.py": ["--steps", "2", "--rounds", "1", "--algos", "dqn", "--no-ppo", "--frameworks", "sb3"],
-    "grad_norm_bench.py": [],
+    "grad_norm_bench.py": ["--rounds", "1", "--number", "2"],
     "replay_bench.py": ["--capacity-scale", "0.01", "--episode", "50", "--repeats", "2"],
     "sb3_overhead.py": ["--env-steps", "64", "--grad-steps", "4", "--rounds", "1", "--fill", "256"],
     "tianshou_overhead.py": ["--env-steps", "64", "--rounds", "1", "--atari-size", "256"],
@@ -37,8 +38,6 @@ def test_every_maintained_benchmark_has_a_smoke_run():
 
 
 @pytest.mark.parametrize("script", sorted(TINY))
-def test_the_benchmark_runs_at_a_tiny_size(script, tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *TINY[script]], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300, check=False)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    assert run.stdout.strip(), "it printed nothing"
+def test_the_benchmark_runs_at_a_tiny_size(script, tmp_path, monkeypatch, capsys):
+    out = run_script(ROOT / "benchmarks" / script, TINY[script], tmp_path, monkeypatch, capsys)
+    assert out.strip(), "it printed nothing"

@@ -1,11 +1,12 @@
-"""Every example runs, with a tiny budget (smoke tests)."""
+"""Every example runs, with a tiny budget (smoke tests), in the test's own process
+(``tests.script_helpers.run_script``)."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.script_helpers import run_script
 
 pytestmark = [pytest.mark.needs("stable_baselines3", "tianshou", "envpool"), pytest.mark.slow]
 
@@ -31,8 +32,6 @@ NUMBER = r"-?\d+(\.\d+)?"
     ("tianshou_dqn_pong_envpool.py", ["--steps", "300", "--envs", "2"],
      r"Pong: [1-9]\d* env steps; levels \{'level_fill/L0': .*updates \{.*'full_updates': [1-9]"),
 ])
-def test_example_runs(script, args, summary, tmp_path):
-    run = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path, check=False)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert re.search(summary, run.stdout), run.stdout[-2000:]
+def test_example_runs(script, args, summary, tmp_path, monkeypatch, capsys):
+    out = run_script(EXAMPLES / script, args, tmp_path, monkeypatch, capsys)
+    assert re.search(summary, out), out[-2000:]
