@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from functools import partial
 
-import numpy as np
-
+from rlaccel_plugins.bench.timing import interleaved, medians
 from rlaccel_plugins.errors import RlaccelWarning
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.training import TrainSpec, run_training
@@ -35,11 +35,9 @@ def main() -> None:
     args = parser.parse_args()
     warnings.simplefilter("ignore", RlaccelWarning)
     for framework in args.frameworks.split(","):
-        times = {"sync": [], "async": []}
-        for _ in range(args.rounds):
-            times["sync"].append(run(framework, args.env, args.steps, False, args.preset))
-            times["async"].append(run(framework, args.env, args.steps, True, args.preset))
-        sync, asyn = np.median(times["sync"]), np.median(times["async"])
+        times = interleaved({mode: partial(run, framework, args.env, args.steps, mode == "async", args.preset)
+                             for mode in ("sync", "async")}, args.rounds, alternate=True)
+        sync, asyn = medians(times).values()
         print(f"{framework} DQN {args.env} ({args.preset}), {args.steps} env steps, median of {args.rounds}: "
               f"sync {sync:.1f} s, async {asyn:.1f} s -> async runs at {sync / asyn:.2f}x the speed of sync",
               flush=True)

@@ -48,9 +48,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 
 import numpy as np
 import torch
+
+from rlaccel_plugins.bench.timing import interleaved, medians
 
 
 def raw_envpool(envs: int, steps: int) -> float:
@@ -226,8 +229,6 @@ def floor_us(make_env, steps: int, target_update: bool = False) -> float:
 
 
 def framework_rows(rounds: int, steps: int) -> None:
-    import statistics
-
     from stable_baselines3.common.env_util import make_vec_env
 
     def gym1():
@@ -243,14 +244,11 @@ def framework_rows(rounds: int, steps: int) -> None:
     print(f"  {'envs':<18} {'stock':>7} {'lean':>7} {'floor':>7} {'+target':>7} {'lean/stock':>10} "
           f"{'lean/floor':>10} {'lean/+target':>12}")
     for name, make_env, n_steps in (("1 gymnasium", gym1, steps), ("16 envpool", pool16, 8 * steps)):
-        times = {"stock": [], "lean": [], "floor": [], "+target": []}
-        for r in range(rounds):
-            order = [("stock", False), ("lean", True)]
-            for key, lean in order if r % 2 == 0 else order[::-1]:
-                times[key].append(sb3_collection_us(make_env, n_steps, lean))
-            times["floor"].append(floor_us(make_env, n_steps))
-            times["+target"].append(floor_us(make_env, n_steps, target_update=True))
-        us = {k: statistics.median(v) for k, v in times.items()}
+        us = medians(interleaved({"stock": partial(sb3_collection_us, make_env, n_steps, lean=False),
+                                  "lean": partial(sb3_collection_us, make_env, n_steps, lean=True),
+                                  "floor": partial(floor_us, make_env, n_steps),
+                                  "+target": partial(floor_us, make_env, n_steps, target_update=True)},
+                                 rounds, alternate=True))
         print(f"  {name:<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} {us['+target']:>7.1f} "
               f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x "
               f"{us['lean'] / us['+target']:>11.2f}x", flush=True)
@@ -303,15 +301,9 @@ def ppo_floor_us(rollouts: int) -> float:
 
 
 def ppo_rows(rounds: int) -> None:
-    import statistics
-
-    times = {"stock": [], "lean": [], "floor": []}
-    for r in range(rounds):
-        order = [("stock", False), ("lean", True)]
-        for key, lean in order if r % 2 == 0 else order[::-1]:
-            times[key].append(ppo_rollout_us(20, lean))
-        times["floor"].append(ppo_floor_us(20))
-    us = {k: statistics.median(v) for k, v in times.items()}
+    us = medians(interleaved({"stock": partial(ppo_rollout_us, 20, lean=False),
+                              "lean": partial(ppo_rollout_us, 20, lean=True), "floor": partial(ppo_floor_us, 20)},
+                             rounds, alternate=True))
     print(f"  {'PPO, 8 gymnasium':<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} {'':>7} "
           f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
 
@@ -368,16 +360,11 @@ def tianshou_floor_us(steps: int) -> float:
 
 
 def tianshou_rows(rounds: int) -> None:
-    import statistics
-
-    times = {"stock": [], "lean": [], "floor": [], "stock 10": [], "lean 10": []}
-    for r in range(rounds):
-        order = [("stock", False), ("lean", True)]
-        for key, lean in order if r % 2 == 0 else order[::-1]:
-            times[key].append(tianshou_collect_us(lean, 5_000))
-            times[f"{key} 10"].append(tianshou_collect_us(lean, 3_000, per_call=10))
-        times["floor"].append(tianshou_floor_us(5_000))
-    us = {k: statistics.median(v) for k, v in times.items()}
+    us = medians(interleaved({"stock": partial(tianshou_collect_us, False, 5_000),
+                              "stock 10": partial(tianshou_collect_us, False, 3_000, per_call=10),
+                              "lean": partial(tianshou_collect_us, True, 5_000),
+                              "lean 10": partial(tianshou_collect_us, True, 3_000, per_call=10),
+                              "floor": partial(tianshou_floor_us, 5_000)}, rounds, alternate=True))
     for label, stock, lean in (("Tianshou, 10 envs", "stock", "lean"), ("  10 steps a call", "stock 10", "lean 10")):
         print(f"  {label:<18} {us[stock]:>7.1f} {us[lean]:>7.1f} {us['floor']:>7.1f} {'':>7} "
               f"{us[lean] / us[stock]:>9.2f}x {us[lean] / us['floor']:>9.2f}x", flush=True)

@@ -33,12 +33,15 @@ import argparse
 import platform
 import statistics
 import time
+from functools import partial
 
 import torch
 from rlaccel_sb3 import AccelerateCallback, TieredReplayBuffer
 from rlaccel_sb3.train import zoo_settings
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
+
+from rlaccel_plugins.bench.timing import interleaved
 
 TASKS = {"dqn-cartpole": (DQN, "dqn", "CartPole-v1", "classic_control"),
          "sac-pendulum": (SAC, "sac", "InvertedPendulum-v5", "mujoco"),
@@ -101,21 +104,23 @@ def main() -> None:
     print(f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
           f"{env_id} {algo.upper()}, RL Zoo settings, learn({args.steps:,}), "
           + (f"interleaved every {args.segment:,} env steps" if args.segment else f"{args.rounds} interleaved rounds"))
-    seconds: dict[str, list[float]] = {v: [] for v in variants}
     shares = []
-    if args.segment:
+    if args.segment:  # one model per variant, each going on where it stopped
         runs = {v: Run(args.task, v) for v in variants}
-        for i in range(-(-args.steps // args.segment)):
-            for variant in variants if i % 2 == 0 else variants[::-1]:
-                seconds[variant].append(runs[variant].learn(min(args.segment, args.steps - i * args.segment)))
+        sizes = [min(args.segment, args.steps - start) for start in range(0, args.steps, args.segment)]
+        # each call learns the variant's next segment
+        seconds = interleaved({v: partial(next, map(runs[v].learn, sizes)) for v in variants}, len(sizes),
+                              alternate=True)
         shares.append(runs["stock"].in_train / sum(seconds["stock"]))
     else:
-        for r in range(args.rounds):
-            for variant in variants if r % 2 == 0 else variants[::-1]:
-                run = Run(args.task, variant)
-                seconds[variant].append(run.learn(args.steps))
-                if variant == "stock":
-                    shares.append(run.in_train / seconds[variant][-1])
+        def whole_run(variant: str) -> float:
+            run = Run(args.task, variant)
+            elapsed = run.learn(args.steps)
+            if variant == "stock":
+                shares.append(run.in_train / elapsed)
+            return elapsed
+
+        seconds = interleaved({v: partial(whole_run, v) for v in variants}, args.rounds, alternate=True)
     print(f"  stock: train() is {100 * statistics.median(shares):.0f}% of learn()")
     total = sum if args.segment else statistics.median  # one round of segments, or whole runs
     print(f"  {'variant':<28} {'seconds':>8} {'vs stock':>9}  per {'segment' if args.segment else 'round'}")

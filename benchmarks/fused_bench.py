@@ -37,11 +37,12 @@ import argparse
 import copy
 import functools
 import platform
-import statistics
 import time
 
 import torch
 import torch.nn.functional as F
+
+from rlaccel_plugins.bench.timing import interleaved, medians, seconds
 
 SIZES = [((64, 64), 64), ((256, 256), 256)]  # (hidden layers, batch size)
 FUSED_OPTIMIZER = {"fused_optimizer": False}  # --fused-optimizer: the fused column with training.fused_optimizer
@@ -209,22 +210,18 @@ def main() -> None:
                     "dones": torch.as_tensor(buf.dones[:n])}
             if algo in ("dqn", "qrdqn"):
                 data["actions"] = data["actions"].long()
-            times = {"stock": [], "fused": [], "floor": []}
             steps = args.steps if (algo, hidden) != ("qrdqn", (256, 256)) else max(4, args.steps // 8)  # ~150 ms each
+            per_call = args.per_call or steps
             stock_model.train(2, batch)  # warm-up
             fused(2, batch)
-            has_floor = True
-            for r in range(args.rounds):
-                order = [("stock", stock_model.train), ("fused", fused)]
-                for name, train in order if r % 2 == 0 else order[::-1]:  # alternate who goes first
-                    per_call = args.per_call or steps
-                    t = time.perf_counter()
-                    for _ in range(steps // per_call):
-                        train(per_call, batch)
-                    times[name].append(time.perf_counter() - t)
-                if has_floor:
-                    times["floor"].append(floor_step(algo, hidden, batch, steps, data))
-            ms = {k: 1e3 * statistics.median(v) / steps if v else float("nan") for k, v in times.items()}
+
+            def calls_of(train, steps=steps, per_call=per_call, batch=batch):
+                return lambda: seconds(lambda: [train(per_call, batch) for _ in range(steps // per_call)])
+
+            times = interleaved({"stock": calls_of(stock_model.train), "fused": calls_of(fused),
+                                 "floor": functools.partial(floor_step, algo, hidden, batch, steps, data)},
+                                args.rounds, alternate=True)
+            ms = {k: 1e3 * v / steps for k, v in medians(times).items()}
             print_row(algo, hidden, batch, ms)
     if "sb3" in args.frameworks.split(",") and args.ppo:
         ppo_rows(args.rounds)
@@ -293,16 +290,9 @@ def _on_policy_ms(models: list, rounds: int, calls: int, steps_per_call: int, fl
     if warm_up:
         for train in trains.values():
             train()
-    times = {"stock": [], "fused": [], "floor": []}
-    for r in range(rounds):
-        order = list(trains.items())
-        for name, train in order if r % 2 == 0 else order[::-1]:
-            t = time.perf_counter()
-            for _ in range(calls):
-                train()
-            times[name].append(time.perf_counter() - t)
-        times["floor"].append(floor())
-    return {k: 1e3 * statistics.median(v) / (calls * steps_per_call) for k, v in times.items()}
+    times = interleaved({**{name: lambda train=train: seconds(lambda: [train() for _ in range(calls)])
+                            for name, train in trains.items()}, "floor": floor}, rounds, alternate=True)
+    return {k: 1e3 * v / (calls * steps_per_call) for k, v in medians(times).items()}
 
 
 def a2c_floor(hidden: tuple[int, ...], steps: int, transitions: int) -> float:
@@ -377,19 +367,15 @@ def tianshou_update_ms(stock, fused, buffer, batch: int, steps: int, rounds: int
     rounds alternate who goes first), and of ``floor()`` (seconds for ``steps`` steps); medians."""
     from tianshou.utils.torch_utils import policy_within_training_step
 
-    times = {"stock": [], "fused": [], "floor": []}
+    def updates_of(algorithm):
+        return lambda: seconds(lambda: [algorithm.update(buffer, batch) for _ in range(steps)])
+
     with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
         for algorithm in (stock, fused):
             algorithm.update(buffer, batch)
-        for r in range(rounds):
-            order = [("stock", stock), ("fused", fused)]
-            for name, algorithm in order if r % 2 == 0 else order[::-1]:
-                t = time.perf_counter()
-                for _ in range(steps):
-                    algorithm.update(buffer, batch)
-                times[name].append(time.perf_counter() - t)
-            times["floor"].append(floor())
-    return {k: 1e3 * statistics.median(v) / steps for k, v in times.items()}
+        times = interleaved({"stock": updates_of(stock), "fused": updates_of(fused), "floor": floor},
+                            rounds, alternate=True)
+    return {k: 1e3 * v / steps for k, v in medians(times).items()}
 
 
 def tianshou_rows(steps: int, rounds: int) -> None:
@@ -583,17 +569,14 @@ def tianshou_ppo_rows(rounds: int) -> None:
         collector.reset()
         collector.collect(n_step=2_048)
         steps = -(-len(buffer) // batch)  # minibatches per epoch (the last one merged when short)
-        times = {"stock": [], "fused": [], "floor": []}
         with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
-            for r in range(rounds):
-                order = [("stock", stock), ("fused", fused)]
-                for name, algorithm in order if r % 2 == 0 else order[::-1]:
-                    t = time.perf_counter()
-                    algorithm.update(buffer, batch, 1)
-                    times[name].append(time.perf_counter() - t)
-                # the minibatch steps only (Tianshou's update also computes the rollout's GAE first)
-                times["floor"].append(ppo_floor((64, 64), batch, 1, len(buffer), torch.nn.ReLU))
-        print_row("ts-ppo", (64, 64), batch, {k: 1e3 * statistics.median(v) / steps for k, v in times.items()})
+            times = interleaved(
+                {"stock": functools.partial(seconds, functools.partial(stock.update, buffer, batch, 1)),
+                 "fused": functools.partial(seconds, functools.partial(fused.update, buffer, batch, 1)),
+                 # the minibatch steps only (Tianshou's update also computes the rollout's GAE first)
+                 "floor": functools.partial(ppo_floor, (64, 64), batch, 1, len(buffer), torch.nn.ReLU)},
+                rounds, alternate=True)
+        print_row("ts-ppo", (64, 64), batch, {k: 1e3 * v / steps for k, v in medians(times).items()})
 
 
 def tianshou_floor(hidden: tuple[int, ...], batch: int, steps: int, data: dict) -> float:

@@ -19,11 +19,13 @@ Usage (on a machine with a GPU; ``benchmarks/gpu_check.sh`` runs it):
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
+from functools import partial
 
 import numpy as np
 import torch
+
+from rlaccel_plugins.bench.timing import interleaved, medians
 
 
 def frames_env():
@@ -85,12 +87,9 @@ def main() -> None:
         for train in trains.values():  # warm-up, the graphs' capture included
             train(8, batch)
         graphs = trains["graphs"].graphs
-        times = {k: [] for k in trains}
-        for r in range(args.rounds):
-            order = list(trains) if r % 2 == 0 else list(trains)[::-1]
-            for key in order:
-                times[key].append(timed(trains[key], args.steps, batch))
-        ms = {k: 1e3 * statistics.median(v) / args.steps for k, v in times.items()}
+        times = interleaved({key: partial(timed, train, args.steps, batch) for key, train in trains.items()},
+                            args.rounds, alternate=True)
+        ms = {k: 1e3 * v / args.steps for k, v in medians(times).items()}
         note = f"  ({graphs.captured} graphs)" if graphs.steps.enabled else f"  (eager: {graphs.reason})"
         print(f"{name:<14} {batch:>5} {ms['stock']:>7.3f} {ms['eager']:>7.3f} {ms['graphs']:>7.3f} "
               f"{ms['stock'] / ms['graphs']:>25.2f}x{note}", flush=True)

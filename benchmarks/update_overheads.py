@@ -24,10 +24,13 @@ from __future__ import annotations
 import argparse
 import platform
 import timeit
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
 import torch
+
+from rlaccel_plugins.bench.timing import interleaved
 
 
 def tianshou_pieces() -> dict[str, tuple]:
@@ -131,12 +134,9 @@ def main() -> None:
           f"of {args.number} calls")
     print(f"{'piece':<66} {'own':>8} {'rlaccel':>8} {'ratio':>7}")
     for name, (own, lean) in pieces.items():
-        times = {"own": [], "lean": []}
-        for r in range(args.rounds):
-            order = [("own", own), ("lean", lean)]
-            for key, call in order if r % 2 == 0 else order[::-1]:
-                times[key].append(timeit.timeit(call, number=args.number) / args.number * 1e6)
-        best = {k: min(v) for k, v in times.items()}
+        times = interleaved({key: partial(timeit.timeit, call, number=args.number)
+                             for key, call in (("own", own), ("lean", lean))}, args.rounds, alternate=True)
+        best = {k: min(v) / args.number * 1e6 for k, v in times.items()}
         print(f"{name:<66} {best['own']:>8.1f} {best['lean']:>8.1f} {best['lean'] / best['own']:>6.2f}x")
 
 

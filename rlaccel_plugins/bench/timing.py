@@ -9,6 +9,11 @@ Example:
     >>> times = interleaved({"a": lambda: 2.0, "b": lambda: 1.0}, rounds=3)
     >>> times["a"], median_ratio(times, "b", "a")
     ([2.0, 2.0, 2.0], 0.5)
+    >>> calls = []
+    >>> _ = interleaved({"a": lambda: calls.append("a") or 0.0, "b": lambda: calls.append("b") or 0.0},
+    ...                 rounds=2, alternate=True)
+    >>> calls
+    ['a', 'b', 'b', 'a']
 """
 
 from __future__ import annotations
@@ -19,12 +24,15 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 
-def interleaved(variants: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    """``rounds`` rounds, each calling every variant once in the mapping's order; each call returns its own
-    measure (seconds, µs per step ...). Returns the measures per variant, in round order."""
+def interleaved(variants: Mapping[str, Callable[[], float]], rounds: int,
+                alternate: bool = False) -> dict[str, list[float]]:
+    """``rounds`` rounds, each calling every variant once in the mapping's order (reversed every other round
+    with ``alternate``, so no variant always runs first, after the others have warmed the caches); each call
+    returns its own measure (seconds, µs per step ...). Returns the measures per variant, in round order."""
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, measure in variants.items():
+    order = list(variants.items())
+    for r in range(rounds):
+        for name, measure in order[::-1] if alternate and r % 2 else order:
             times[name].append(measure())
     return times
 

@@ -287,13 +287,13 @@ def test_sb3_dqn_keeps_training_when_an_actor_is_killed_and_loses_no_acknowledge
     assert run.metrics["ray/actor0/steps"] > 0 and run.metrics["ray/actor1/steps"] > 0
 
 
-def _ray_spec(cluster, framework, tmp_path, steps, ordered=False, **overrides):
+def _ray_spec(cluster, framework, tmp_path, steps, ordered=False, stop_at=None, **overrides):
     from rlaccel_plugins.parallel.ray_actors import ray_settings
     from rlaccel_plugins.training import TrainSpec
 
     config = rla.load_config(preset="classic_control", parallel_envs=4, **overrides)
     return TrainSpec(framework=framework, algo="dqn", env_id="CartPole-v1", config=config, steps=steps, seed=0,
-                     eval_freq=2_000, progress=False, logdir=str(tmp_path),
+                     eval_freq=2_000, stop_at=stop_at, progress=False, logdir=str(tmp_path),
                      ray=ray_settings(address=cluster.address, actors=2, ordered=ordered))
 
 
@@ -314,8 +314,9 @@ def test_sb3_dqn_learns_cartpole_with_2_ray_actors(cluster, tmp_path):
     # (tested above). Across CPUs the float sums differ and so does the run: this one reached 475 at 42k env
     # steps on one 2-core host and ended at 107 after 60k on another (CartPole DQN's evaluations swing
     # between 130 and 450 for tens of thousands of steps). What it proves is learning through the actors:
-    # an untrained policy scores ~10 (the first evaluation), a learning one passes 150 within 20k steps.
-    result = run_training(_ray_spec(cluster, "sb3", tmp_path, 20_000, ordered=True))
+    # an untrained policy scores ~10 (the first evaluation), a learning one passes 150 within 20k steps;
+    # the run ends at its first evaluation >= 150.
+    result = run_training(_ray_spec(cluster, "sb3", tmp_path, 20_000, ordered=True, stop_at=150))
     assert result.curve[0].mean_reward < 50 and max(p.mean_reward for p in result.curve) >= 150, result.curve
     assert result.stats["ray/actor0/steps"] > 0 and result.stats["ray/actor1/steps"] > 0
     assert "rollout/ep_rew_mean" in _check_ray_logs(result, tmp_path)  # SB3's own logs still written
