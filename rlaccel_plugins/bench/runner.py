@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+from rlaccel_plugins.bench.processes import process_context, with_environment
 from rlaccel_plugins.bench.suites import UNIFORM_REPLAY, Task, Variant
 from rlaccel_plugins.training import THRESHOLDS
 
@@ -53,8 +54,8 @@ def run_one(task: Task, variant: Variant, seed: int) -> dict[str, Any]:
 
 def run_isolated(task: Task, variant: Variant, seed: int) -> dict[str, Any]:
     """:func:`run_one` in a fresh process (peak RSS and torch state are then the run's own)."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(run_one, task, variant, seed).result()
+    with ProcessPoolExecutor(max_workers=1, mp_context=process_context()) as pool:
+        return pool.submit(with_environment, dict(os.environ), run_one, task, variant, seed).result()
 
 
 def raw_env_steps_per_s(env_id: str, seconds: float = 3.0) -> dict[str, Any]:

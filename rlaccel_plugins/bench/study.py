@@ -14,7 +14,6 @@ path, the drop-in itself; only ``stock`` runs the framework's own code.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shlex
 import time
@@ -24,6 +23,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from rlaccel_plugins.bench.processes import process_context, with_environment
 from rlaccel_plugins.bench.suites import Variant, drop_in
 from rlaccel_plugins.errors import ConfigError, did_you_mean
 
@@ -185,13 +185,14 @@ def run_jobs(jobs: list[Job], workers: int, on_record: Callable[[dict[str, Any]]
     """Run every job in a fresh process, ``workers`` at a time; ``on_record`` gets each run's record as it
     ends — ``status: "ok"`` with the run's data, or ``status: "failed"`` with why (an exception, or the
     process dying: only that run is lost)."""
-    context = multiprocessing.get_context("spawn")
+    context = process_context()
     pending, running = list(jobs), {}  # type: ignore[var-annotated]
     while pending or running:
         while pending and len(running) < workers:
             job = pending.pop(0)
             receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_child, args=(send, target, job.task, job.variant, job.seed), daemon=True)
+            process = context.Process(target=with_environment, daemon=True,
+                                      args=(dict(os.environ), _child, send, target, job.task, job.variant, job.seed))
             process.start()
             send.close()
             running[receive] = (job, process, time.perf_counter())

@@ -53,6 +53,21 @@ def test_two_identical_variants_cannot_be_told_apart_and_a_shifted_one_can():
     assert f"| {UNIFORM} > {STOCK}: " in text and "IQM area" in text
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (4, 1), (7, 3), (10, 1), (30, 2), (101, 1)])
+def test_the_statistics_are_rliables_bit_for_bit(shape):
+    from rliable import metrics
+
+    rng = np.random.default_rng(sum(shape))
+    for x, y in [(rng.normal(size=shape), rng.normal(size=shape)),
+                 (rng.integers(0, 3, shape).astype(float), rng.integers(0, 3, shape).astype(float)),  # ties
+                 (rng.normal(size=shape), rng.normal(size=(shape[0] + 2, shape[1])))]:
+        assert ls.iqm(x) == metrics.aggregate_iqm(x) and ls.iqm(y) == metrics.aggregate_iqm(y)
+        assert ls.improvement_probability(x, y) == metrics.probability_of_improvement(x, y)
+        assert ls.improvement_probability(x, x) == metrics.probability_of_improvement(x, x) == 0.5
+    x[0, 0] = np.nan
+    assert np.isnan(ls.improvement_probability(x, y)) and np.isnan(metrics.probability_of_improvement(x, y))
+
+
 def test_the_iqm_ci_covers_the_truth_and_narrows_with_more_runs():
     rng = np.random.default_rng(3)
     few = ls.iqm_with_ci({"a": rng.normal(0.5, 0.2, 10)}, reps=2_000)["a"]
