@@ -209,8 +209,10 @@ def current_figures() -> list[Figure]:
     """The figure of each maintained benchmark that the README and the results page show."""
     return [
         *study_figures(),
-        learn_time("SB3 SAC InvertedPendulum-v5: learn(), fixed work", "dropin-sac/dropin_learn_sac_pendulum.txt"),
-        learn_time("SB3 PPO CartPole-v1: learn(), fixed work", "dropin-ppo/dropin_learn_ppo_cartpole_segments.txt"),
+        learn_time("SB3 DQN CartPole-v1: learn(), fixed work", "dropin-lean-step/dropin_learn_dqn_cartpole_segments.txt"),
+        learn_time("SB3 SAC InvertedPendulum-v5: learn(), fixed work",
+                   "dropin-lean-step/dropin_learn_sac_pendulum_segments.txt"),
+        learn_time("SB3 PPO CartPole-v1: learn(), fixed work", "dropin-lean-step/dropin_learn_ppo_cartpole_segments.txt"),
         gpu_learn("SB3 DQN CartPole-v1 on a GPU: learn(), fixed work", "gpu-h200/gpu_bench-run3-lean-collection.log",
                   "DQN CartPole"),
         gpu_learn("SB3 SAC Pendulum on a GPU: learn(), fixed work", "gpu-h200/gpu_bench-run3-lean-collection.log",
