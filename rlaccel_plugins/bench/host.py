@@ -49,9 +49,24 @@ def _read_stat() -> dict[str, int] | None:
 
 
 def _own_cpu_seconds() -> float:
-    """CPU seconds of this process and of its reaped children (each variant runs in one)."""
+    """CPU seconds of this process, of its reaped children (spawned runs) and of the forkserver the runs
+    are forked from with what it has reaped (its runs are its children, not this process's)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _forkserver_cpu_seconds()
+
+
+def _forkserver_cpu_seconds() -> float:
+    """The forkserver's own and its reaped children's CPU seconds (``/proc/<pid>/stat``); 0 where there
+    is none running, or no ``/proc``."""
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])  # fields 14-17 of proc(5)
+    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
 
 
 class HostMeter:

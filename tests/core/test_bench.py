@@ -182,6 +182,32 @@ def test_the_host_meter_sees_a_busy_process_that_is_not_the_suites():
     assert summary["others_cores"] > 0.3
 
 
+def _busy_for_a_second():
+    import time
+
+    start = time.process_time()
+    while time.process_time() - start < 1.0:
+        pass
+
+
+def test_the_host_meter_counts_a_run_forked_from_the_forkserver_as_the_suites_own():
+    from concurrent.futures import ProcessPoolExecutor
+
+    from rlaccel_plugins.bench import host
+    from rlaccel_plugins.bench.processes import process_context
+
+    context = process_context()
+    if context.get_start_method() != "forkserver" or not Path("/proc/stat").exists():
+        pytest.skip("needs Linux's forkserver and /proc")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        pool.submit(int).result()  # the forkserver up (its preload is not what is measured here)
+    before = host._own_cpu_seconds()
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        pool.submit(_busy_for_a_second).result()
+    # the run is the forkserver's child, reaped by it: counted through the forkserver, not as another process's
+    assert host._own_cpu_seconds() - before >= 0.9
+
+
 def test_the_results_index_names_every_results_folder_and_the_pages_that_cite_it(monkeypatch):
     import importlib.util
 
