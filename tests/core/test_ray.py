@@ -369,7 +369,8 @@ def test_a_stopped_learner_resumes_from_its_checkpoint_with_new_actors_on_the_cl
     cmd = [sys.executable, "-m", "rlaccel_plugins.cli", "train", "--no-progress"]
     learner = subprocess.Popen(cmd + ["--steps", "2000", "--eval-freq", "100000", "--logdir", str(tmp_path),
                                       "--set", "every_steps=500", "--set", "parallel_envs=2", "--ray",
-                                      "--ray-address", cluster.address, "--actors", "2", "--chunk-steps", "8"],
+                                      "--ray-address", cluster.address, "--actors", "2", "--chunk-steps", "8",
+                                      "--ray-ordered"],  # chunks taken from the actors in turn: both deliver
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     store, deadline = CheckpointStore(tmp_path / "checkpoints"), time.monotonic() + 120
     while learner.poll() is None and store.latest() is None and time.monotonic() < deadline:
