@@ -120,7 +120,7 @@ def _last_block(path: Path) -> tuple[list[str], str]:
     starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
     start = starts[-1] if starts else 0
     for line in (lines[start], lines[start - 1] if start else ""):
-        date = re.search(r"#.*?(\d{4}-\d{2}-\d{2})", line)
+        date = re.search(r"(?:#|\().*?(\d{4}-\d{2}-\d{2})", line)
         if date:
             return lines[start:], date.group(1)
     return lines[start:], "undated"
@@ -260,22 +260,78 @@ def learning_section() -> str:
     return "\n".join(lines)
 
 
+# Each maintained script's latest run: its results file, a pattern on that file's last run and the
+# figure made from the pattern's groups. A new maintained script needs an entry (tested).
+LATEST = {
+    "async_bench.py": ("async-bench/async_bench.txt", r"sb3 DQN .*?async runs at ([\d.]+x) the speed of sync",
+                       "SB3 DQN CartPole, async: {0} sync's speed"),
+    "checkpoint_size.py": ("checkpoint-size/checkpoint_size.txt",
+                           (r"Tianshou drop-in TieredVectorReplayBuffer\s+([\d.]+)\s.*\nTianshou VectorReplayBuffer "
+                            r"\(--stock\)\s+([\d.]+)\s"), "Tianshou, 2,048 Pong transitions: {0} MB against {1} MB"),
+    "collect_bench.py": ("collect-pong/collect_bench_pong.txt",
+                         r"envpool \+ CNN\s+([\d,]+) agent steps/s.*\n.*\n\s+ceiling on these cores\s+([\d,]+)",
+                         "Pong, envpool + batched CNN: {0} agent steps/s, the shared-core ceiling {1}"),
+    "dropin_learn.py": ("dropin-lean-step/dropin_learn_dqn_cartpole_segments.txt", r"\n\s+drop-in\s+[\d.]+\s+([\d.]+x)",
+                        "SB3 DQN CartPole `learn()`: {0} stock's time"),
+    "fused_bench.py": ("fused-sb3-lean/fused_bench_sb3_all.txt", r"\ndqn\s+64-64\s+64\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+x)",
+                       "SB3 DQN 64-64 gradient step: {0} SB3's time"),
+    "gpu_bench.py": ("gpu-h200/gpu_bench-run3-lean-collection.log", r"\nsac\s.*?([\d.]+x)",
+                     "SAC 256-256 gradient steps on an H200, CUDA graphs: {0} SB3's speed"),
+    "grad_norm_bench.py": ("grad-norm-bench/grad_norm_bench.txt", r"SAC critic 256-256: .*norm ([\d.]+x)\s+clip ([\d.]+x)",
+                           "SAC 256-256 critic: norm {0}, clip {1} torch's time"),
+    "ray_scaling.py": ("ray_scaling/results.md", r"ray, 2 actors x 4 envs \| [\d,]+ \| ([\d.]+x)",
+                       "2 actors: {0} the single process's collection rate"),
+    "replay_bench.py": ("replay-bench/replay_bench.txt", r"memory ([\d.]+x)",
+                        "Atari-shaped data: {0} the bytes per transition of SB3's optimize_memory_usage"),
+    "sb3_overhead.py": ("sb3-overhead/sb3_overhead.txt", r"drop-in\s+[\d.]+ us\s+overhead ([+-][\d.]+%)",
+                        "the drop-in per env step: {0} against stock"),
+    "tianshou_overhead.py": ("tianshou-overhead/tianshou_overhead.txt",
+                             r"\n\s+tiered\s+[\d.]+ us per env step\s+\(([\d.]+x) stock\)",
+                             "the tiered buffer per env step: {0} stock's time"),
+    "update_overheads.py": ("update-overheads/update_overheads-flat-actor-critic.txt",
+                            r"SB3 SAC 64-64 b64: a step's network calls.*?([\d.]+x)\n",
+                            "SB3 SAC 64-64, a step's network calls: {0} SB3's time"),
+    "updates_bench.py": ("updates-bench/updates_bench.txt", r"\n\s+512\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
+                         "NatureCNN at batch 512: a dense step {0} of a full one's time"),
+}
+
+
+def latest_figure(script: str) -> tuple[str, str, str]:
+    """``(figure, date, source)`` of a maintained script's latest run, read from its results file (a
+    ``command.txt`` beside a results file without a ``$ command`` line gives the date)."""
+    file, pattern, template = LATEST[script]
+    path = RESULTS / file
+    block, date = _last_block(path)
+    if date == "undated" and (path.parent / "command.txt").exists():
+        date = _last_block(path.parent / "command.txt")[1]
+    if date == "undated" and (path.parent / "machine.txt").exists():
+        date = re.search(r"run (\d{4}-\d{2}-\d{2})", (path.parent / "machine.txt").read_text()).group(1)
+    m = re.search(pattern, "\n" + "\n".join(block))
+    if m is None:
+        raise ValueError(f"{path}: {pattern!r} finds nothing in its last run")
+    return template.format(*m.groups()), date, str(path.relative_to(ROOT))
+
+
+def maintained_scripts() -> list[Path]:
+    return [p for p in sorted((ROOT / "benchmarks").glob("*.py")) if p.name not in ("__init__.py", "results_index.py")]
+
+
 def suite_section() -> str:
-    """The maintained scripts, each with the first sentence of its docstring."""
+    """The maintained scripts, each with the first sentence of its docstring and its latest run's figure."""
     import ast
 
     lines = ["## The maintained suite", "",
              ("Besides `rlaccel bench` (its suites, the learning study and the speed measure: [the CLI](cli.md)), "
               "these scripts in `benchmarks/` are maintained: each runs in CI at a tiny size as a smoke test. "
-              "Finished one-offs are in `benchmarks/investigations/`, with what they found in a "
-              "[dated note](notes/investigations.md)."), "",
-             "| script | what it measures |", "|---|---|"]
-    for path in sorted((ROOT / "benchmarks").glob("*.py")):
-        if path.name in ("__init__.py", "results_index.py"):
-            continue
+              "Each row gives a figure of the script's latest run, from the results file linked (the command "
+              "and the machine are in it). Finished one-offs are in `benchmarks/investigations/`, with what "
+              "they found in a [dated note](notes/investigations.md)."), "",
+             "| script | what it measures | latest run | date | source |", "|---|---|---|---|---|"]
+    for path in maintained_scripts():
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-        first = " ".join(doc.split("\n\n")[0].split())
-        lines.append(f"| `{path.name}` | {first.replace('|', '&#124;')} |")
+        first = " ".join(doc.split("\n\n")[0].split()).replace("|", "&#124;")
+        figure, date, source = latest_figure(path.name)
+        lines.append(f"| `{path.name}` | {first} | {figure} | {date} | [{Path(source).parent.name}]({REPO}{source}) |")
     return "\n".join(lines) + "\n"
 
 

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -222,3 +223,9 @@ def test_the_results_index_names_every_results_folder_and_the_pages_that_cite_it
     assert index.cited_by("allocator", {"a.md": "see `benchmarks/results/allocator/`", "b.md": "nothing"}) == ["a.md"]
     assert index.cited_by("atari-fps", {"a.md": "results/atari-fps-lean/"}) == []  # a longer name is another folder
     assert index.cited_by("quick-dropin-off", {"a.md": "runs (`quick-dropin-off*/`)"}) == ["a.md"]
+    # every maintained benchmark shows a figure of its latest run, read from a results file
+    scripts = {p.name for p in index.maintained_scripts()}
+    assert scripts == set(index.LATEST), f"record the latest run of {scripts ^ set(index.LATEST)} in LATEST"
+    for script in scripts:
+        figure, date, _ = index.latest_figure(script)
+        assert re.search(r"\d", figure) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", date), (script, figure, date)
