@@ -104,8 +104,8 @@ def polyak_update_(params: list[torch.Tensor], target_params: list[torch.Tensor]
 
 def zero_grad(optimizer: torch.optim.Optimizer) -> None:
     """``optimizer.zero_grad()`` (``set_to_none=True``, its default): every gradient set to None, without
-    the call's ``torch._disable_dynamo`` wrapper and profiler label (~8 µs a call, three calls per
-    TD3/SAC update). An optimizer whose class or instance has its own ``zero_grad``, or a call while the
+    the call's ``torch._disable_dynamo`` wrapper and profiler label (three calls per TD3/SAC update).
+    An optimizer whose class or instance has its own ``zero_grad``, or a call while the
     autograd profiler runs (so that traces keep the label), gets the optimizer's own.
 
     Examples:
@@ -149,8 +149,8 @@ def backward_to(loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
 
 def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """``torch.nn.utils.get_total_norm(grads)``, the same ops and result, without its per-call grouping
-    by device and dtype when there is one group (one network's gradients): 0.45-0.78x its time for an
-    MLP's optimizer on a 2-core CPU (``benchmarks/grad_norm_bench.py``).
+    by device and dtype when there is one group (one network's gradients); timed by
+    ``benchmarks/grad_norm_bench.py``.
 
     Examples:
         >>> grads = [torch.full((2, 2), 3.0), torch.full((3,), 4.0)]

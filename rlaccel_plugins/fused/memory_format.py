@@ -1,8 +1,8 @@
 """Convolutions in channels-last memory format while training (``training.channels_last``, opt-in).
 
 On the CPU, oneDNN runs a ``Conv2d`` faster on NHWC ("channels-last") tensors than on PyTorch's default
-NCHW: the `atari` preset's NatureCNN DQN step at batch 512 took 0.78x its time with the network and
-the frames in channels-last (``benchmarks/investigations/cnn_step_bench.py``). The sums then run in another order, so
+NCHW, most of all in the convolutions' backward at large batches (measured by
+``benchmarks/investigations/cnn_step_bench.py``). The sums then run in another order, so
 the results are not bit for bit the contiguous ones: an opt-in with a tolerance, as
 ``training.fused_optimizer`` is (``tests/equivalence/test_channels_last.py`` states it).
 

@@ -2,8 +2,8 @@
 
 A fused update builds things from the framework's networks on every call: flat forwards
 (:mod:`rlaccel_plugins.fused.flat`), parameter lists for the target update, whether the layers care about
-train/eval mode. Each walks the tree through ``named_modules`` generators — ~20 µs per small network,
-a few hundred µs per update of an actor-critic with target networks. :func:`cached` keeps such a result
+train/eval mode. Each walks the tree through ``named_modules`` generators, which for an actor-critic
+with target networks costs a noticeable share of a small update. :func:`cached` keeps such a result
 per module and checks a snapshot of the tree instead: the same submodules and parameter objects in
 every module, and no hooks that a module's call runs (forward or backward, on a module or global). Any
 change rebuilds the result. A parameter updated in place or moved by ``Module.to`` is the same object,

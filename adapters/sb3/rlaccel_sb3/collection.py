@@ -2,8 +2,8 @@
 
 SB3's ``collect_rollouts`` asks ``_sample_action`` for each vector step's action, which goes through
 ``model.predict`` → ``policy.predict``: the policy is switched to eval mode on every call (a walk over
-every submodule, ~21 µs for DQN's two Q-networks), the observation is copied, checked and reshaped
-(~10 µs), and the forward pass runs. On CartPole that is ~100 µs of SB3's ~175 µs per env step.
+every submodule), the observation is copied, checked and reshaped, and the forward pass runs. On
+CartPole that is more than half of SB3's time per env step (``benchmarks/collect_bench.py --framework``).
 
 :func:`lean_sample_action_for` returns a ``_sample_action`` with SB3's code path and RNG draws —
 the warm-up's ``action_space.sample()`` per env, DQN/QR-DQN's ``np.random.rand()`` per vector step
@@ -98,13 +98,13 @@ def _policy_predict(model, epsilon_greedy: bool) -> Callable[[np.ndarray], np.nd
     space = policy.observation_space
     plain_box = isinstance(space, spaces.Box) and not is_image_space(space)
     action_shape = (-1, *action_space.shape)
-    # Q-networks cache nothing between calls, so their forward can run in inference mode (~7 µs less
-    # than no_grad here, the same kernels); actors keep distribution tensors that training reuses, and
+    # Q-networks cache nothing between calls, so their forward can run in inference mode (cheaper than
+    # no_grad, the same kernels); actors keep distribution tensors that training reuses, and
     # a lazy module (LazyLinear...) would create its weights in its first forward as inference tensors,
     # which training cannot use
     no_grad = torch.inference_mode if epsilon_greedy and not has_uninitialized(policy) else torch.no_grad
     greedy = _flat_greedy(policy) if plain_box else None
-    # BasePolicy.device lists every parameter to return the first one's device (~8 µs a step); the first
+    # BasePolicy.device lists every parameter to return the first one's device (every step); the first
     # parameter itself follows the policy to any device (Module.to moves its data in place)
     first_parameter = next(policy.parameters(), None)
 
@@ -143,7 +143,7 @@ def _policy_predict(model, epsilon_greedy: bool) -> Callable[[np.ndarray], np.nd
 def _flat_greedy(policy) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """SB3's DQN ``q_net._predict`` on a plain-Box observation — ``preprocess_obs`` (``.float()``),
     ``Flatten``, the ``Sequential`` MLP, ``argmax`` — as the same tensor ops without the nine module calls
-    (~3 µs of hook checks each), or None where the network is anything else or has hooks."""
+    (each with its hook checks), or None where the network is anything else or has hooks."""
     from stable_baselines3.dqn.policies import DQNPolicy
 
     if not isinstance(policy, DQNPolicy) or has_call_hooks(policy):

@@ -232,8 +232,8 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
 
 def evaluate_actions_of(model) -> Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The ``evaluate_actions`` a fused PPO/A2C update calls: :func:`lean_evaluate_actions_for`'s, kept
-    while the policy's module tree stays as it is (``module_cache``; a per-call build is ~20 µs, a
-    fifth of A2C's one-step update), else the policy's own (a user's override included)."""
+    while the policy's module tree stays as it is (``module_cache``: building it is a sizeable share of
+    A2C's one-step update), else the policy's own (a user's override included)."""
     policy = model.policy
     if "evaluate_actions" in policy.__dict__:
         return policy.evaluate_actions

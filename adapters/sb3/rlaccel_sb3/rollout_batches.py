@@ -3,8 +3,7 @@ same batches of the same values, with each field gathered once.
 
 SB3's ``_get_samples`` copies every field twice per batch — a numpy fancy index, then ``th.tensor`` —
 and flattens four of them in between (a copy each). :func:`rollout_batches` makes the fancy index the
-one copy (of the flat views for the four) and wraps it with ``torch.from_numpy``: about 3 µs a field
-instead of 8 here. Only for SB3's own ``RolloutBuffer``; any other buffer class (dict observations,
+one copy (of the flat views for the four) and wraps it with ``torch.from_numpy``. Only for SB3's own ``RolloutBuffer``; any other buffer class (dict observations,
 subclasses) gets its own ``get``.
 
 Examples:

@@ -2,7 +2,7 @@
 
 SB3 puts the policy in train mode at the start of every ``train()`` and in eval mode at the start of
 every ``collect_rollouts()``. ``Module.train`` walks the tree through ``children()`` and
-``Module.__setattr__``: ~140 µs for a SAC policy here, twice per env step at SAC's ``train_freq=1``.
+``Module.__setattr__``, twice per env step at SAC's ``train_freq=1`` (``benchmarks/update_overheads.py``).
 Where the policy's ``set_training_mode`` is SB3's own (``BaseModel``'s, or the SAC/TD3/DQN/QR-DQN
 policies' that switch their actor and critic, or Q-network, and set their own flag) and no module
 overrides ``train`` or ``__setattr__``, :func:`set_training_mode` writes the same ``training`` flags on

@@ -3,7 +3,7 @@ results in fewer calls.
 
 A ``VectorReplayBuffer`` of 10 sub-buffers samples a batch with one ``RandomState.choice(10, batch,
 p=lengths)`` and then, per sub-buffer, a ``choice(size, n)`` from that sub-buffer's own
-``RandomState``: eleven ``choice`` calls of ~20 µs of argument checks each, ~250 µs per update here.
+``RandomState``: eleven ``choice`` calls, each mostly argument checks (``benchmarks/update_overheads.py``).
 :func:`sample_indices` makes the draws ``choice`` makes — ``random_sample`` against the cumulative
 probabilities, ``randint`` for a uniform pick (``tests/equivalence/test_tianshou_fused.py`` checks both against
 ``choice`` itself) — on the same ``RandomState`` objects in the same order, so the indices and every

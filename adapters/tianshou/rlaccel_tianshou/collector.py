@@ -103,7 +103,7 @@ class LeanCollector(Collector):
         act_RA = to_numpy(action_values_BA.argmax(dim=1))  # DQN.forward without a mask: compute_q_value is the identity
         if self.exploration_noise:
             eps = policy.eps_training if policy.is_within_training_step else policy.eps_inference
-            # add_exploration_noise returns at once for np.isclose(eps, 0.0), ~10 µs: the same test, inline
+            # add_exploration_noise returns at once for np.isclose(eps, 0.0) (a slow call): the same test, inline
             if type(eps) not in (float, int) or not abs(eps) <= 1e-8:
                 act_RA = policy.add_exploration_noise(act_RA, SimpleNamespace(obs=last_obs_RO))  # reads obs (mask)
         return act_RA, policy.map_action(act_RA)
@@ -293,8 +293,7 @@ _EMPTY = Batch()  # the policy entry of a lean action step: nothing to store (ad
 def _eval_mode(policy: torch.nn.Module):
     """``torch_train_mode(policy, enabled=False)``: every module in eval mode, then every module in the
     policy's mode from before (``Module.train`` sets the whole tree to one mode). ``Module.train`` walks
-    the tree through ``children()`` and ``Module.__setattr__``, twice per ``collect()`` call (~100 µs here
-    for a DQN's 11 modules); where no module overrides ``train`` the same flags are set on one list of
+    the tree through ``children()`` and ``Module.__setattr__``, twice per ``collect()`` call; where no module overrides ``train`` the same flags are set on one list of
     the modules. A module that overrides ``train`` or ``__setattr__`` gets Tianshou's own switch."""
     modules, flat = cached(policy, "eval_mode", lambda: _modules_and_flat(policy))  # kept while the tree stays
     if not flat:
@@ -313,7 +312,7 @@ def _eval_mode(policy: torch.nn.Module):
 
 def _refresh_sequence_stats(stats: CollectStats) -> None:
     """``stats.refresh_all_sequence_stats()``. A call that saw one episode end (most of a trainer's short
-    calls) gets its return's and length's summaries without numpy's four reductions each (~30 µs): numpy's
+    calls) gets its return's and length's summaries without numpy's four reductions each: numpy's
     mean, std, max and min of one finite value are the value, 0.0, the value and the value."""
     returns, lens = stats.returns, stats.lens
     if type(stats) is not CollectStats or returns.shape != (1,) or lens.shape != (1,) \

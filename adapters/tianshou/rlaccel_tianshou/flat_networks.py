@@ -38,8 +38,8 @@ _FIRST_PARAMETERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def first_parameter(module: torch.nn.Module) -> torch.Tensor:
-    """``next(module.parameters())``, found once (listing the parameters walks every submodule, ~30 µs
-    for an algorithm); the parameter follows the module to any device (``Module.to`` moves its data)."""
+    """``next(module.parameters())``, found once (listing the parameters walks every submodule); the
+    parameter follows the module to any device (``Module.to`` moves its data)."""
     parameter = _FIRST_PARAMETERS.get(module)
     if parameter is None:
         parameter = _FIRST_PARAMETERS[module] = next(module.parameters())
