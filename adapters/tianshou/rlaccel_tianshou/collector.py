@@ -293,8 +293,8 @@ _EMPTY = Batch()  # the policy entry of a lean action step: nothing to store (ad
 def _eval_mode(policy: torch.nn.Module):
     """``torch_train_mode(policy, enabled=False)``: every module in eval mode, then every module in the
     policy's mode from before (``Module.train`` sets the whole tree to one mode). ``Module.train`` walks
-    the tree through ``children()`` and ``Module.__setattr__``, twice per ``collect()`` call; where no module overrides ``train`` the same flags are set on one list of
-    the modules. A module that overrides ``train`` or ``__setattr__`` gets Tianshou's own switch."""
+    the tree through ``children()`` and ``Module.__setattr__``, twice per ``collect()`` call; where no
+    module overrides ``train`` the same flags are set on one list of the modules. A module that overrides ``train`` or ``__setattr__`` gets Tianshou's own switch."""
     modules, flat = cached(policy, "eval_mode", lambda: _modules_and_flat(policy))  # kept while the tree stays
     if not flat:
         with torch_train_mode(policy, enabled=False):
