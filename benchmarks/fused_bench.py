@@ -214,13 +214,11 @@ def main() -> None:
             per_call = args.per_call or steps
             stock_model.train(2, batch)  # warm-up
             fused(2, batch)
-
-            def calls_of(train, steps=steps, per_call=per_call, batch=batch):
-                return lambda: seconds(lambda: [train(per_call, batch) for _ in range(steps // per_call)])
-
-            times = interleaved({"stock": calls_of(stock_model.train), "fused": calls_of(fused),
-                                 "floor": functools.partial(floor_step, algo, hidden, batch, steps, data)},
-                                args.rounds, alternate=True)
+            times = interleaved(
+                {name: functools.partial(seconds, functools.partial(train, per_call, batch), steps // per_call)
+                 for name, train in (("stock", stock_model.train), ("fused", fused))}
+                | {"floor": functools.partial(floor_step, algo, hidden, batch, steps, data)},
+                args.rounds, alternate=True)
             ms = {k: 1e3 * v / steps for k, v in medians(times).items()}
             print_row(algo, hidden, batch, ms)
     if "sb3" in args.frameworks.split(",") and args.ppo:
@@ -290,8 +288,8 @@ def _on_policy_ms(models: list, rounds: int, calls: int, steps_per_call: int, fl
     if warm_up:
         for train in trains.values():
             train()
-    times = interleaved({**{name: lambda train=train: seconds(lambda: [train() for _ in range(calls)])
-                            for name, train in trains.items()}, "floor": floor}, rounds, alternate=True)
+    times = interleaved({name: functools.partial(seconds, train, calls) for name, train in trains.items()}
+                        | {"floor": floor}, rounds, alternate=True)
     return {k: 1e3 * v / (calls * steps_per_call) for k, v in medians(times).items()}
 
 
@@ -368,7 +366,7 @@ def tianshou_update_ms(stock, fused, buffer, batch: int, steps: int, rounds: int
     from tianshou.utils.torch_utils import policy_within_training_step
 
     def updates_of(algorithm):
-        return lambda: seconds(lambda: [algorithm.update(buffer, batch) for _ in range(steps)])
+        return functools.partial(seconds, functools.partial(algorithm.update, buffer, batch), steps)
 
     with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
         for algorithm in (stock, fused):

@@ -37,10 +37,11 @@ def interleaved(variants: Mapping[str, Callable[[], float]], rounds: int,
     return times
 
 
-def seconds(run: Callable[[], object]) -> float:
-    """Wall-clock seconds of one call of ``run``."""
+def seconds(run: Callable[[], object], repeat: int = 1) -> float:
+    """Wall-clock seconds of ``repeat`` calls of ``run``."""
     start = time.perf_counter()
-    run()
+    for _ in range(repeat):
+        run()
     return time.perf_counter() - start
 
 
