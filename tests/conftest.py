@@ -17,3 +17,13 @@ def _clean_rlaccel_env(monkeypatch, tmp_path):
     for var in ("RLACCEL_PRESET", "RLACCEL_CONFIG", "RLACCEL_DISABLE_PLUGIN_AUTOLOAD"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def short_host_probes(monkeypatch):
+    """The raw env rate that `rlaccel bench` and `rlaccel demo` measure (for 1-3 s) measured for 0.3 s:
+    for tests of what they report and write, not of the rate's precision."""
+    from rlaccel_plugins.bench import runner
+
+    measure = runner.raw_env_steps_per_s
+    monkeypatch.setattr(runner, "raw_env_steps_per_s", lambda env_id, seconds=3.0: measure(env_id, min(seconds, 0.3)))

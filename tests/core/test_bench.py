@@ -101,7 +101,7 @@ def test_equal_samples_per_env_step():
 @pytest.mark.needs('tianshou')
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 @pytest.mark.slow
-def test_bench_command_writes_results_table_and_plots(tmp_path, capsys):
+def test_bench_command_writes_results_table_and_plots(tmp_path, capsys, short_host_probes):
     args = ["bench", "--suite", "quick", "--seeds", "1", "--frameworks", "tianshou", "--steps", "1500",
             "--out", str(tmp_path)]
     assert main(args) == 0
