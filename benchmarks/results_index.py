@@ -144,11 +144,16 @@ def learn_time(measure: str, file: str, variant: str = "drop-in") -> Figure:
     raise ValueError(f"{path}: no {variant!r} row in its last run")
 
 
+def _machine_txt(folder: Path) -> tuple[str, str]:
+    """``(machine, date)`` from a results folder's ``machine.txt`` (its first line, and ``run <date>``)."""
+    about = (folder / "machine.txt").read_text()
+    return about.splitlines()[0].split(",")[0], re.search(r"run (\d{4}-\d{2}-\d{2})", about).group(1)
+
+
 def gpu_learn(measure: str, file: str, row: str) -> Figure:
     path = RESULTS / file
     text = path.read_text().splitlines()
-    about = (path.parent / "machine.txt").read_text()
-    machine, date = about.splitlines()[0].split(",")[0], re.search(r"run (\d{4}-\d{2}-\d{2})", about).group(1)
+    machine, date = _machine_txt(path.parent)
     for line in text:
         if line.startswith(row):
             return Figure(measure, f"{line.split()[-1]} stock's speed", "bash benchmarks/gpu_check.sh",
@@ -305,7 +310,7 @@ def latest_figure(script: str) -> tuple[str, str, str]:
     if date == "undated" and (path.parent / "command.txt").exists():
         date = _last_block(path.parent / "command.txt")[1]
     if date == "undated" and (path.parent / "machine.txt").exists():
-        date = re.search(r"run (\d{4}-\d{2}-\d{2})", (path.parent / "machine.txt").read_text()).group(1)
+        date = _machine_txt(path.parent)[1]
     m = re.search(pattern, "\n" + "\n".join(block))
     if m is None:
         raise ValueError(f"{path}: {pattern!r} finds nothing in its last run")
