@@ -192,6 +192,8 @@ class TrainingConfig:
     """Off-policy action selection during collection made lean (the same actions and RNG draws, tested equal); `auto`: where tested; `true`: required."""
     fused_optimizer: bool = False
     """Fused updates step Adam/AdamW/SGD with PyTorch's single-kernel `fused=True` implementation: faster, equal within rtol 1e-4, not bit for bit."""
+    compiled_updates: bool | str = False
+    """On the CPU, each gradient step runs as one compiled call (TorchInductor: gradients, clipping, guard and Adam fused), where the algorithm has one (SB3 DQN): faster, equal within a derived tolerance, not bit for bit; `auto`: where it has one; `true`: required; the first `learn()` pays the compilation."""
     channels_last: bool = False
     """The policy's Conv2d layers in channels-last memory format while training: faster CPU convolution gradients, equal within a derived tolerance, not bit for bit."""
 
@@ -224,7 +226,7 @@ class TrainingConfig:
         ):
             raise invalid("device", 'be "auto", "cpu", "cuda", "cuda:N" or "mps"', self.device)
         _int("num_threads", self.num_threads, minimum=1, auto=True)
-        for key in ("fused_updates", "fused_collection"):
+        for key in ("fused_updates", "fused_collection", "compiled_updates"):
             value = getattr(self, key)
             if value != AUTO and not isinstance(value, bool):
                 raise invalid(key, 'be "auto", true or false', value)

@@ -249,7 +249,8 @@ class AccelerateCallback(SparseDenseCallback):
     algorithm's ``train()`` swapped for an equivalence-tested fused one (``rlaccel_sb3.fused``) at
     training start and put back at its end — where ``training.fused_updates`` allows (``auto``: where
     one exists, one log line elsewhere; ``true``: required; ``false``: SB3's own), with the optimizers'
-    single-kernel step where ``training.fused_optimizer`` asks for it, and with ``training.channels_last``
+    single-kernel step where ``training.fused_optimizer`` asks for it, each gradient step one compiled call on
+    the CPU where ``training.compiled_updates`` asks for it (:mod:`rlaccel_plugins.fused.compiled_step`), and with ``training.channels_last``
     the policy's ``Conv2d`` layers in channels-last memory format for the ``learn()`` (faster CPU
     convolutions, not bit-identical; :mod:`rlaccel_plugins.fused.memory_format`). It is what
     ``accelerate(model)`` returns and what the README's drop-in uses.
@@ -267,11 +268,12 @@ class AccelerateCallback(SparseDenseCallback):
     def __init__(self, preset: str | None = None, sparse_update_interval: int | None = None,
                  dense_layers: list[int | str] | None = None, *, fused_updates: bool | str | None = None,
                  fused_collection: bool | str | None = None, fused_optimizer: bool | None = None,
-                 channels_last: bool | None = None, sparse: bool = True, config: AccelConfig | None = None,
-                 verbose: int = 0) -> None:
+                 compiled_updates: bool | str | None = None, channels_last: bool | None = None,
+                 sparse: bool = True, config: AccelConfig | None = None, verbose: int = 0) -> None:
         super().__init__(preset, sparse_update_interval, dense_layers, sparse=sparse, config=config, verbose=verbose)
         overrides = {k: v for k, v in dict(fused_updates=fused_updates, fused_collection=fused_collection,
-                                           fused_optimizer=fused_optimizer, channels_last=channels_last).items()
+                                           fused_optimizer=fused_optimizer, compiled_updates=compiled_updates,
+                                           channels_last=channels_last).items()
                      if v is not None}
         if overrides:
             self.config = load_config(self.config, **overrides)
@@ -312,10 +314,18 @@ class AccelerateCallback(SparseDenseCallback):
 
     def _fused_train(self):
         from rlaccel_plugins.fused.selection import select_fused
-        from rlaccel_sb3.fused import SUPPORTED, fused_train_for
+        from rlaccel_plugins.errors import ConfigError
+        from rlaccel_sb3.fused import SUPPORTED, compiled_unavailable, fused_train_for
         from rlaccel_sb3.verified import CODE, train_key
 
-        fused = fused_train_for(self.model, guard=self.guard, fused_optimizer=self.config.training.fused_optimizer)
+        training = self.config.training
+        fused = fused_train_for(self.model, guard=self.guard, fused_optimizer=training.fused_optimizer,
+                                compiled=training.compiled_updates is not False)
+        if training.compiled_updates is True and fused is not None:
+            reason = compiled_unavailable(self.model, self.guard)
+            if reason is not None:
+                raise ConfigError(f"compiled_updates must be auto or false for this model, got compiled_updates=True: "
+                                  f"{reason}. Fix: compiled_updates: auto compiles where it can.")
         return select_fused(self.config.training.fused_updates, fused,
                             algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED,
                             unverified=CODE.unverified(train_key(self.model)) if fused is not None else None)

@@ -39,7 +39,7 @@ from gymnasium import spaces
 from stable_baselines3.common.distributions import sum_independent_dims
 
 from rlaccel_plugins.fused.distributions import FlatCategorical, normal_log_prob, normal_rsample
-from rlaccel_plugins.fused.flat import flat_layers
+from rlaccel_plugins.fused.flat import flat_layers, layer_spec
 from rlaccel_plugins.fused.module_cache import cached
 
 
@@ -113,6 +113,17 @@ def flat_q_values(q_net: torch.nn.Module) -> Callable | None:
     from stable_baselines3.dqn.policies import QNetwork
 
     return _extractor_then_mlp(q_net, QNetwork, "q_net")
+
+
+def q_network_spec(q_net: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor]] | None:
+    """What :func:`flat_q_values` runs as data (:func:`~rlaccel_plugins.fused.flat.layer_spec`): the
+    layer kinds and parameters of an MLP ``QNetwork`` on a 1-D Box (its input is ``obs.float()``)."""
+    from stable_baselines3.dqn.policies import QNetwork
+
+    around = _around(q_net, "forward", "extract_features")
+    if type(q_net) is not QNetwork or around is None:
+        return None
+    return layer_spec(around, q_net.q_net)
 
 
 def _actor_forward(actor: torch.nn.Module) -> Callable | None:

@@ -35,7 +35,7 @@ SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms w
 
 
 def fused_train_for(model, guard=None, cuda_graphs: bool = True,
-                    fused_optimizer: bool = False) -> Callable[..., None] | None:
+                    fused_optimizer: bool = False, compiled: bool = False) -> Callable[..., None] | None:
     """The fused ``train`` of ``model``'s algorithm, with SB3's signature (``(gradient_steps, batch_size)``
     off-policy, ``()`` on-policy), or None where there is no equivalence-tested one (an algorithm
     subclass that overrides ``train`` has none).
@@ -46,18 +46,35 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
     (checked on the device there). With ``fused_optimizer=True`` (``training.fused_optimizer``) the
     optimizers step with PyTorch's single-kernel ``fused=True`` implementation instead of the multi-tensor
     one: faster on the CPU, rounded differently (equal to SB3's within the tolerance
-    ``tests/equivalence/test_sb3_fused.py`` states). The returned function's ``release()`` drops the graphs and puts
+    ``tests/equivalence/test_sb3_fused.py`` states). With ``compiled=True`` (``training.compiled_updates``)
+    a CPU model's gradient steps run as one compiled call each where its family has one (DQN;
+    :mod:`rlaccel_plugins.fused.compiled_step`): faster, equal within a derived tolerance. The returned function's ``release()`` drops the graphs and puts
     the optimizers' kernels back (the callback calls it when it removes the override).
     """
     build = trains().get(type(model).train)
     if build is None:
         return None
-    graphs = GraphsPerModel(model, guard, cuda_graphs)
+    graphs = GraphsPerModel(model, guard, cuda_graphs, compiled)
     train = build(model, graphs, fused_optimizer)
     train.__doc__ = f"rlaccel's fused {type(model).__name__}.train (same math, fewer ops)"
     train.release = graphs.release
     train.graphs = graphs
     return train
+
+
+def compiled_unavailable(model, guard=None) -> str | None:
+    """Why ``model``'s gradient steps cannot run compiled (``training.compiled_updates``), or None."""
+    if type(model).train is not trains_compiled():
+        return f"{type(model).__name__} has no compiled step (DQN has)"
+    step = value_based.compiled_dqn_step(model, guard, compile=False)
+    return step if isinstance(step, str) else None
+
+
+def trains_compiled() -> Callable:
+    """The one ``train`` with a compiled step: SB3's ``DQN.train``."""
+    from stable_baselines3 import DQN
+
+    return DQN.train
 
 
 def trains() -> dict[Callable, Callable]:

@@ -14,10 +14,11 @@ from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
 class GraphsPerModel:
     """The model's :class:`StepGraphs` (one per step function), kept from one ``train()`` call to the
     next — a captured graph holds the addresses of the parameters, gradients and optimizer state — and
-    dropped when those change (``optimizer.load_state_dict``) or on :meth:`release`."""
+    dropped when those change (``optimizer.load_state_dict``) or on :meth:`release`. ``compiled``: on the
+    CPU, steps run as one compiled call where the family has one (``training.compiled_updates``)."""
 
-    def __init__(self, model, guard, cuda_graphs: bool) -> None:
-        self.model, self.guard, self.cuda_graphs = model, guard, cuda_graphs
+    def __init__(self, model, guard, cuda_graphs: bool, compiled: bool = False) -> None:
+        self.model, self.guard, self.cuda_graphs, self.compiled = model, guard, cuda_graphs, compiled
         self.steps: StepGraphs | None = None
         self.reason: str | None = None  # why the steps run eagerly on a CUDA device
         self._fingerprint: tuple | None = None

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels, zero_grad
+from rlaccel_plugins.fused.compiled_step import CompiledAdamStep, ineligible
+from rlaccel_plugins.fused.flat import apply_layers
 from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
@@ -30,9 +32,11 @@ def qrdqn_own_train():
 
 
 def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callable, loss_of: Callable,
-                 graphs: GraphsPerModel, network_of: Callable, fused_optimizer: bool = False) -> None:
+                 graphs: GraphsPerModel, network_of: Callable, fused_optimizer: bool = False,
+                 compiled_of: Callable | None = None) -> None:
     """DQN-style ``train()``: the target network is fixed for the call, so all targets come first.
-    ``network_of()``: the online network's forward for the call (DQN's as flat layers where it can be)."""
+    ``network_of()``: the online network's forward for the call (DQN's as flat layers where it can be);
+    ``compiled_of()``: the call's :class:`CompiledAdamStep`, or None (each step then runs eagerly)."""
     policy = model.policy
     set_training_mode(policy, True)
     model._update_learning_rate(policy.optimizer)
@@ -52,6 +56,7 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
             return (loss.detach(),)
 
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
+        compiled = compiled_of() if compiled_of is not None else None
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches in iter_batches(model, gradient_steps, batch_size):
                 discounts = batches.discounts if batches.discounts is not None else model.gamma
@@ -62,16 +67,34 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
                     inputs = (observations, actions, targets[i])
                     if batches.weights is not None:
                         inputs += (batches.weights[i],)
+                    if compiled is not None and all(p.requires_grad for p in parameters):  # not a dense step
+                        losses.append(compiled(*inputs))
+                        continue
                     (loss,) = steps.run(step_key(steps, parameters, optimizers, inputs), inputs)
                     losses.append(loss)
         graphs.finish(optimizers)
+        if compiled is not None:
+            compiled.flush()
     model._n_updates += gradient_steps
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
     model.logger.record("train/loss", mean_of(losses) if losses else np.nan)
 
 
+# rows per target-network forward: a 256-unit layer's activations for 2,048 rows (2 MB) stay in the CPU's
+# cache, where one forward of 128 batches of 64 would stream 8 MB through memory (the same rows, bit for bit)
+TARGET_ROWS = 2048
+
+
+def _target_forward(network: Callable, observations) -> torch.Tensor:
+    """``network(observations)`` over every step's batch, in chunks of ``TARGET_ROWS`` rows."""
+    flat_observations = flatten_steps(observations)
+    if isinstance(flat_observations, dict) or len(flat_observations) <= TARGET_ROWS:
+        return network(flat_observations)
+    return torch.cat([network(part) for part in flat_observations.split(TARGET_ROWS)])
+
+
 def _dqn_targets(model, batches: Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
-    next_q = model.q_net_target(flatten_steps(batches.next_observations))
+    next_q = _target_forward(model.q_net_target, batches.next_observations)
     next_q = next_q.max(dim=1).values.reshape(k, -1, 1)
     return batches.rewards + (1 - batches.dones) * discounts * next_q
 
@@ -86,7 +109,7 @@ def _dqn_loss(model, q_net: Callable, observations, actions, target, weights, ba
 
 
 def _qrdqn_targets(model, batches: Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
-    next_quantiles = model.quantile_net_target(flatten_steps(batches.next_observations))
+    next_quantiles = _target_forward(model.quantile_net_target, batches.next_observations)
     greedy = next_quantiles.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True)
     greedy = greedy.expand(k * batch_size, model.n_quantiles, 1)
     next_quantiles = next_quantiles.gather(dim=2, index=greedy).squeeze(dim=2).reshape(k, batch_size, -1)
@@ -117,10 +140,50 @@ def _weighted_quantile_huber(current: torch.Tensor, target: torch.Tensor, weight
     return per_sample.mean(), (per_sample * weights.to(per_sample.dtype)).mean()
 
 
+def _dqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], observations: torch.Tensor,
+                       actions: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None = None):
+    """:func:`_dqn_loss` as a pure function of the Q-network's parameters (a compiled step's ``loss_of``)."""
+    current = torch.gather(apply_layers(kinds, params, observations.float()), dim=1, index=actions.long())
+    if weights is None:
+        loss = F.smooth_l1_loss(current, target)
+        return loss, loss.detach()
+    per_sample = F.smooth_l1_loss(current, target, reduction="none")
+    return (per_sample * weights.view(-1, 1).to(per_sample.dtype)).mean(), per_sample.mean().detach()
+
+
+def compiled_dqn_step(model, guard=None, compile: bool = True) -> CompiledAdamStep | str:
+    """DQN's gradient step compiled whole (:mod:`rlaccel_plugins.fused.compiled_step`), or why it cannot be."""
+    spec = flat.q_network_spec(model.q_net)
+    optimizer = model.policy.optimizer
+    if model.device.type != "cpu":
+        return "not on the CPU (CUDA graphs run there)"
+    if spec is None:
+        return "the Q-network is not an MLP of Linear/ReLU/Tanh layers on a 1-D Box (or a hook is registered)"
+    kinds, params = spec
+    if [id(p) for g in optimizer.param_groups for p in g["params"]] != [id(p) for p in params]:
+        return "the optimizer does not hold exactly the Q-network's parameters"
+    reason = ineligible(optimizer, guard)
+    if reason is not None:
+        return reason
+    return CompiledAdamStep(_dqn_compiled_loss, params, optimizer, static=(kinds,), max_grad_norm=model.max_grad_norm,
+                            guard=guard, compile=compile)
+
+
 def dqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
+    state: dict = {}
+
+    def compiled_of() -> CompiledAdamStep | None:
+        if torch.is_autocast_enabled("cpu"):
+            return None
+        step = state.get("step")
+        if step is None or step.optimizer is not model.policy.optimizer:
+            step = state["step"] = compiled_dqn_step(model, graphs.guard)
+        return step if isinstance(step, CompiledAdamStep) and step.failed is None else None
+
     def train(gradient_steps: int, batch_size: int = 100) -> None:
         _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs,
-                     lambda: flat.q_values(model.q_net, new_epoch()), fused_optimizer)
+                     lambda: flat.q_values(model.q_net, new_epoch()), fused_optimizer,
+                     compiled_of if graphs.compiled else None)
     return train
 
 

@@ -1,0 +1,237 @@
+"""The same training work through stock SB3, its best thread count, ``torch.compile``, the drop-in and
+SBX (SB3 rewritten in JAX): which is the fastest way to train an SB3 agent on this machine.
+
+Tasks at RL Zoo's settings (``rlaccel_sb3.train.ZOO``): ``dqn-cartpole`` (DQN CartPole-v1),
+``sac-pendulum`` and ``td3-pendulum`` (Pendulum-v1), ``ppo-cartpole`` (PPO CartPole-v1, 8 envs). Variants:
+
+- ``stock``: SB3 as installed, torch's default thread count (the cores);
+- ``stock 1-thread``: the same with ``torch.set_num_threads(1)`` (the report names the better of the two);
+- ``stock + torch.compile``: every network of the policy compiled in place (``Module.compile()``);
+- ``drop-in``: the README's two lines (``TieredReplayBuffer``, ``AccelerateCallback()``; PPO: the callback);
+- ``drop-in + compiled``: the drop-in with ``training.compiled_updates`` (where the algorithm has a compiled
+  step: DQN);
+- ``SBX``: ``sbx.<ALGO>`` with the same settings (``pip install -e ".[peers]"``; left out when not installed).
+
+Every run builds a fresh model, learns a warm-up stretch (past ``learning_starts`` and the first updates,
+so JIT and compilation happen there), then the fixed work, ``--steps`` env steps: the **steady** time is
+the work's, **end to end** is warm-up + work (what a user pays). The variants take turns within a round,
+the order reversed every other round; ratios are taken within a round and reported as the median over
+rounds with a 95% bootstrap CI of it (with 3 rounds the CI is the rounds' range). Results: ``peers.json``
+in ``--out`` (read by ``benchmarks/results_index.py``) and a table on stdout.
+
+Usage:
+    python -m benchmarks.peers [--tasks dqn-cartpole,sac-pendulum] [--rounds 3] [--out benchmarks/results/peers]
+    python -m benchmarks.peers --tasks dqn-cartpole --steps 2000 --warmup 1500 --rounds 1   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from rlaccel_sb3 import AccelerateCallback, TieredReplayBuffer
+from rlaccel_sb3.train import zoo_settings
+
+from rlaccel_plugins.bench.report import machine
+from rlaccel_plugins.bench.speed import ratio_ci
+from rlaccel_plugins.bench.timing import interleaved
+
+
+@dataclass(frozen=True)
+class Task:
+    algo: str
+    env_id: str
+    steps: int  # the fixed work (env steps) after the warm-up
+    warmup: int  # env steps before it: past learning_starts and a few updates
+
+
+TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
+         "sac-pendulum": Task("sac", "Pendulum-v1", 4_000, 500),
+         "td3-pendulum": Task("td3", "Pendulum-v1", 4_000, 10_500),
+         "ppo-cartpole": Task("ppo", "CartPole-v1", 16_384, 2_048)}
+VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "drop-in", "drop-in + compiled", "SBX")
+COMPILED_ALGOS = ("dqn",)  # algorithms with a compiled step (training.compiled_updates)
+
+
+def sbx_available() -> bool:
+    try:
+        import sbx  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _model(task: Task, variant: str):
+    """The variant's fresh model and its ``learn()`` callback."""
+    settings = zoo_settings(task.algo, task.env_id)
+    settings.pop("n_timesteps", None)
+    n_envs = settings.pop("n_envs", 1)
+    if variant == "SBX":
+        import sbx
+
+        cls = getattr(sbx, task.algo.upper())
+        return cls("MlpPolicy", _env(task, n_envs), seed=0, **settings), None
+    import stable_baselines3
+
+    cls = getattr(stable_baselines3, task.algo.upper())
+    callback = None
+    if variant.startswith("drop-in"):
+        if task.algo != "ppo":
+            settings.update(replay_buffer_class=TieredReplayBuffer)
+        callback = AccelerateCallback(compiled_updates=True) if variant.endswith("compiled") \
+            else AccelerateCallback()
+    model = cls("MlpPolicy", _env(task, n_envs), seed=0, device="cpu", **settings)
+    if variant == "stock + torch.compile":
+        for network in model.policy.children():  # in place: the parameters and state_dict keys stay
+            network.compile()
+    return model, callback
+
+
+def _env(task: Task, n_envs: int):
+    if n_envs == 1:
+        return task.env_id
+    from stable_baselines3.common.env_util import make_vec_env
+
+    return make_vec_env(task.env_id, n_envs=n_envs, seed=0)
+
+
+def run_once(task: Task, variant: str, steps: int, warmup: int) -> dict[str, float]:
+    """One fresh run: seconds of the warm-up, of the fixed work, and of both."""
+    threads = torch.get_num_threads()
+    if variant == "stock 1-thread":
+        torch.set_num_threads(1)
+    try:
+        start = time.perf_counter()
+        model, callback = _model(task, variant)
+        model.learn(warmup, callback=callback)
+        warm = time.perf_counter()
+        model.learn(steps, callback=callback, reset_num_timesteps=False)
+        end = time.perf_counter()
+    finally:
+        torch.set_num_threads(threads)
+    return {"warmup": warm - start, "steady": end - warm, "end_to_end": end - start}
+
+
+def variants_for(task: Task, wanted: list[str]) -> list[str]:
+    out = [v for v in wanted if v != "SBX" or sbx_available()]
+    if task.algo not in COMPILED_ALGOS:
+        out = [v for v in out if v != "drop-in + compiled"]
+    if torch.get_num_threads() == 1:
+        out = [v for v in out if v != "stock 1-thread"]
+    return out
+
+
+def measure(name: str, task: Task, variants: list[str], rounds: int, steps: int, warmup: int) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+
+    def one(variant: str) -> Callable[[], float]:
+        def go() -> float:
+            result = run_once(task, variant, steps, warmup)
+            runs[variant].append(result)
+            print(f"  {name} {variant:<28} steady {result['steady']:7.2f} s  end to end {result['end_to_end']:7.2f} s",
+                  flush=True)
+            return result["steady"]
+        return go
+
+    interleaved({v: one(v) for v in variants}, rounds, alternate=True)
+    return {"algo": task.algo, "env_id": task.env_id, "steps": steps, "warmup": warmup, "runs": runs,
+            "ratios": {kind: ratios(runs, kind) for kind in ("steady", "end_to_end")}}
+
+
+def ratios(runs: dict[str, list[dict[str, float]]], kind: str) -> dict[str, dict[str, list[float]]]:
+    """Per variant, ``[median, low, high]`` of its time over stock's and over SBX's, within rounds."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for variant, results in runs.items():
+        out[variant] = {}
+        for baseline in ("stock", "SBX"):
+            if baseline in runs and baseline != variant:
+                per_round = [r[kind] / b[kind] for r, b in zip(results, runs[baseline])]
+                out[variant][f"vs {baseline}"] = list(ratio_ci(per_round))
+    return out
+
+
+def best_stock(task_result: dict[str, Any], kind: str = "steady") -> str:
+    """The faster of stock's thread counts (the peer a user who tunes threads would pick)."""
+    runs = task_result["runs"]
+    candidates = [v for v in ("stock", "stock 1-thread") if v in runs]
+    return min(candidates, key=lambda v: sorted(r[kind] for r in runs[v])[len(runs[v]) // 2])
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = []
+    for name, data in results["tasks"].items():
+        lines.append(f"{name} ({data['steps']:,} env steps after a {data['warmup']:,}-step warm-up; "
+                     f"best stock: {best_stock(data)})")
+        lines.append(f"  {'variant':<28} {'steady s':>9} {'vs stock':>20} {'vs SBX':>20} {'end to end s':>13} "
+                     f"{'vs SBX':>20}")
+        for variant, results_ in data["runs"].items():
+            steady = sorted(r["steady"] for r in results_)[len(results_) // 2]
+            e2e = sorted(r["end_to_end"] for r in results_)[len(results_) // 2]
+            r_steady, r_e2e = data["ratios"]["steady"][variant], data["ratios"]["end_to_end"][variant]
+            lines.append(f"  {variant:<28} {steady:9.2f} {_ratio(r_steady.get('vs stock')):>20} "
+                         f"{_ratio(r_steady.get('vs SBX')):>20} {e2e:13.2f} {_ratio(r_e2e.get('vs SBX')):>20}")
+    return "\n".join(lines)
+
+
+def _ratio(values: list[float] | None) -> str:
+    return "—" if values is None else f"{values[0]:.2f}x [{values[1]:.2f}, {values[2]:.2f}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {', '.join(TASKS)}")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=None, help="the fixed work per task (default: the task's)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up env steps (default: the task's)")
+    parser.add_argument("--out", default=None, help="folder for peers.json (default: print only)")
+    args = parser.parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
+    for value, known, flag in ((tasks, TASKS, "--tasks"), (wanted, VARIANTS, "--variants")):
+        unknown = [v for v in value if v not in known]
+        if unknown:
+            parser.error(f"{flag} must name {', '.join(known)}; got {', '.join(unknown)}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got --rounds={args.rounds}")
+    command = "python -m benchmarks.peers " + " ".join(sys.argv[1:] if argv is None else argv)
+    print(f"$ {command}\n{platform.machine()} ({platform.processor() or 'cpu'}), {torch.get_num_threads()} torch "
+          f"threads, torch {torch.__version__}" + ("" if sbx_available() else "; SBX not installed (pip install -e '.[peers]')"),
+          flush=True)
+    results: dict[str, Any] = {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+                               "machine": machine(), "versions": _versions(), "tasks": {}}
+    for name in tasks:
+        task = TASKS[name]
+        steps, warmup = args.steps or task.steps, args.warmup or task.warmup
+        results["tasks"][name] = measure(name, task, variants_for(task, wanted), args.rounds, steps, warmup)
+    print(table(results))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "peers.json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for package in ("torch", "stable-baselines3", "sbx-rl", "jax"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

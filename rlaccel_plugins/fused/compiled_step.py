@@ -1,0 +1,244 @@
+"""A whole gradient step compiled into one call: the loss's gradients, the framework's gradient clipping,
+the gradient guard's check and the Adam update, as TorchInductor code with its C++ wrapper.
+
+Why: on the CPU an eager step of an RL-sized network spends more time between its matrix products than
+in them — Python and dispatch per op, autograd's bookkeeping, one pass over memory per stage of Adam —
+and a host sync per step where a guard reads the gradient norm (``benchmarks/peers.py --phases`` shows the
+split). Compiled whole, the products stay the same ATen calls and everything between them becomes a few
+fused C++ loops, called without Python per op; the guard's check and its counters stay in the graph
+(read once per :meth:`CompiledAdamStep.flush`), so no step waits on the host. This is what SBX gets from
+``jax.jit``; here the framework's own networks and optimizer state are updated in place, so everything
+else (saving, logging, the next eager step) sees what it always sees.
+
+The math is the step's: the same loss, ``torch.func.grad`` of it, the framework's clip
+(``clip_grad_norm_``'s formula), the guard's skip of a non-finite step, and PyTorch's Adam formulas on
+the optimizer's own ``exp_avg``/``exp_avg_sq``/``step`` tensors. The rounding is not eager's: inductor
+sums the bias gradients and norms in another order and does not use eager's fused multiply-adds, so a
+compiled run agrees with the eager one within a tolerance derived on the running CPU, not bit for bit
+(``tests/equivalence/test_compiled_step.py``) — which is why it is a config key
+(``training.compiled_updates``).
+
+Eligible (:func:`ineligible` says why not): ``Adam`` or ``AdamW`` with float hyper-parameters, no
+``amsgrad``/``maximize``/``capturable``/``differentiable``/``weight_decay``, every parameter a CPU float32
+tensor with a gradient this step, one shared step count, no step pre-hook; a guard without fp16 loss
+scaling or ``restore_last_good``. Step post-hooks (the sparse/dense schedule) run after every step, as
+``optimizer.step()`` runs them. Where ``torch.compile`` is unavailable or fails, :class:`CompiledAdamStep`
+warns once and runs the caller's eager step instead (:attr:`CompiledAdamStep.failed`).
+
+Examples:
+    >>> import torch
+    >>> net = torch.nn.Linear(3, 1)
+    >>> optimizer = torch.optim.Adam(net.parameters(), lr=0.1)
+    >>> def loss_of(params, x, y):
+    ...     loss = torch.nn.functional.mse_loss(torch.nn.functional.linear(x, *params), y)
+    ...     return loss, loss.detach()
+    >>> ineligible(optimizer) is None
+    True
+    >>> step = CompiledAdamStep(loss_of, list(net.parameters()), optimizer, compile=False)  # True: compiled
+    >>> loss = step(torch.ones(4, 3), torch.zeros(4, 1))
+    >>> int(optimizer.state[net.weight]["step"])
+    1
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable, Sequence
+from itertools import chain
+from typing import Any
+
+import torch
+
+log = logging.getLogger("rlaccel")
+
+ADAMS = (torch.optim.Adam, torch.optim.AdamW)
+_NUMBERS = (int, float)
+
+
+def ineligible(optimizer: torch.optim.Optimizer, guard: Any = None) -> str | None:
+    """Why ``optimizer`` (with ``guard``) cannot be stepped by a compiled step, or None when it can."""
+    from torch.optim import optimizer as torch_optimizer
+
+    if type(optimizer) not in ADAMS:
+        return f"{type(optimizer).__name__} (Adam and AdamW are compiled)"
+    if len(optimizer.param_groups) != 1:
+        return "more than one parameter group"
+    group = optimizer.param_groups[0]
+    if group["amsgrad"] or group["maximize"] or group["capturable"] or group["differentiable"] or group.get("fused"):
+        return "amsgrad, maximize, capturable, differentiable or fused set"
+    if group["weight_decay"] != 0:
+        return "weight decay"
+    if not all(type(v) in _NUMBERS for v in (group["lr"], group["eps"], *group["betas"])):
+        return "tensor hyper-parameters"
+    if any(p.dtype is not torch.float32 or not p.is_cpu for p in group["params"]):
+        return "parameters not CPU float32"
+    if optimizer._optimizer_step_pre_hooks or torch_optimizer._global_optimizer_pre_hooks:
+        return "an optimizer step pre-hook (it would look for gradients the compiled step never writes)"
+    if guard is not None and (guard.loss_scaler is not None or guard.restore_last_good):
+        return "the guard's fp16 loss scaling or restore_last_good"
+    step = optimizer.__dict__.get("step")
+    if step is not None and getattr(step, "rlaccel_guard", None) is not guard:
+        return "optimizer.step is wrapped (an LR scheduler's or a user's wrapper would not run)"
+    return None
+
+
+class CompiledAdamStep:
+    """``loss_of``'s gradient step on ``optimizer``, compiled: call it with the step's inputs, get the
+    logged loss back (a tensor; no host sync).
+
+    Args:
+        loss_of: ``loss_of(params, *static, *inputs) -> (loss to differentiate, loss to log)``, a pure
+            function of the tensors (no module calls: its identity, ``static`` and the inputs' shapes are
+            what the compiled code is keyed on, so models of one shape share one compilation per process).
+        params: the tensors ``loss_of`` differentiates, in its order; exactly the optimizer's parameters.
+        optimizer: an eligible ``Adam``/``AdamW`` (:func:`ineligible`).
+        static: constants ``loss_of`` takes before the inputs (a network's layer kinds).
+        max_grad_norm: the framework's clip (``clip_grad_norm_`` before the step), or None.
+        guard: the :class:`~rlaccel_plugins.updates.guard.GradientGuard` attached to ``optimizer``, if any.
+        compile: ``False`` runs the same function eagerly (tests, and where compilation failed).
+    """
+
+    def __init__(self, loss_of: Callable, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer, *,
+                 static: tuple = (), max_grad_norm: float | None = None, guard: Any = None, compile: bool = True) -> None:
+        group = optimizer.param_groups[0]
+        if [id(p) for p in params] != [id(p) for p in group["params"]]:
+            raise ValueError("params must be exactly the optimizer's parameters, in its order")
+        self.loss_of, self.static, self.optimizer, self.guard = loss_of, static, optimizer, guard
+        self.params = [p.detach() for p in params]  # aliases: the step writes the parameters in place
+        self._owners = list(params)
+        beta1, beta2 = group["betas"]
+        guard_clip = guard.max_grad_norm if guard is not None else None
+        self.hyper = (float(beta1), float(beta2), float(group["eps"]),
+                      None if max_grad_norm is None else float(max_grad_norm),
+                      None if guard_clip is None else float(guard_clip), bool(guard is not None and guard.skip_nonfinite))
+        self.failed: str | None = None
+        self._function = _compiled() if compile else _adam_step
+        self._counts = torch.zeros(3)  # the guard's: guarded, skipped, clipped
+        self._scalars = torch.zeros(2)  # Adam's step size and bias_correction2_sqrt for the coming step
+        self._scalars_np = self._scalars.numpy()
+        self._state: tuple | None = None
+
+    def __call__(self, *inputs: Any) -> torch.Tensor:
+        state = self._bind_state()
+        self._set_scalars(state[2][0])
+        inputs = self.static + inputs
+        try:
+            loss = self._function(self.loss_of, self.params, *state, self._scalars, self._counts, inputs, self.hyper)
+        except Exception as error:  # noqa: BLE001 - any compiler failure: the eager function instead
+            if self._function is _adam_step:
+                raise
+            self._fail(error)
+            loss = _adam_step(self.loss_of, self.params, *state, self._scalars, self._counts, inputs, self.hyper)
+        for hook in chain(self.optimizer._optimizer_step_post_hooks.values(),
+                          _global_post_hooks().values()):
+            hook(self.optimizer, (), {})
+        return loss
+
+    def _set_scalars(self, step: torch.Tensor) -> None:
+        """Adam's step size and bias correction for the coming step, computed as PyTorch computes them:
+        Python floats from the step count (a CPU tensor: reading it waits on nothing), rounded to float32
+        where its kernels take them. Computed in the graph they would be recomputed per vector of every
+        loop (inductor inlines scalar math into its consumers)."""
+        beta1, beta2 = self.hyper[0], self.hyper[1]
+        t = step.item() + 1
+        self._scalars_np[0] = (self.optimizer.param_groups[0]["lr"] / (1 - beta1 ** t)) * -1
+        self._scalars_np[1] = (1 - beta2 ** t) ** 0.5
+
+    def flush(self) -> None:
+        """Add the guard's counters kept in the graph to its ``stats`` (one host sync)."""
+        if self.guard is None:
+            return
+        guarded, skipped, clipped = (int(v) for v in self._counts.tolist())
+        self._counts.zero_()
+        stats = self.guard.stats
+        stats["guarded_steps"] += guarded
+        stats["skipped_steps"] += skipped
+        stats["clipped_steps"] += clipped
+        if skipped:
+            log.warning("rlaccel: skipped %d optimizer steps with a non-finite gradient norm; %d skipped so far",
+                        skipped, stats["skipped_steps"])
+
+    def _bind_state(self) -> tuple:
+        """The optimizer's ``exp_avg``, ``exp_avg_sq`` and ``step`` tensors (made as Adam makes them on its
+        first step), re-read when the optimizer's state was replaced (``load_state_dict``)."""
+        states = [self.optimizer.state[p] for p in self._owners]
+        if self._state is not None and all(s.get("exp_avg") is m for s, m in zip(states, self._state[0])):
+            return self._state
+        for p, state in zip(self._owners, states):
+            if len(state) == 0:  # what Adam's _init_group puts there
+                from torch.optim import optimizer as torch_optimizer
+
+                state["step"] = torch.zeros((), dtype=torch_optimizer._get_scalar_dtype())
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        steps = [s["step"] for s in states]
+        if len({float(s) for s in steps}) != 1:
+            raise ValueError("the optimizer's parameters have different step counts; a compiled step shares one")
+        self._state = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps)
+        return self._state
+
+    def _fail(self, error: Exception) -> None:
+        from rlaccel_plugins.errors import RlaccelWarning
+
+        self.failed = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        self._function = _adam_step
+        warnings.warn(f"rlaccel: torch.compile failed for the compiled update ({self.failed}); running the same "
+                      "step eagerly. Set training.compiled_updates: false to skip the attempt.",
+                      RlaccelWarning, stacklevel=3)
+
+
+def _global_post_hooks() -> dict:
+    from torch.optim import optimizer as torch_optimizer
+
+    return torch_optimizer._global_optimizer_post_hooks
+
+
+def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``clip_grad_norm_``'s total norm: the norm of the per-tensor norms."""
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+
+
+def _adam_step(loss_of: Callable, params: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+               exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], scalars: torch.Tensor,
+               counts: torch.Tensor, inputs: tuple, hyper: tuple) -> torch.Tensor:
+    """One step, in place: the function compiled (and the eager fallback). ``scalars``: Adam's step size
+    and ``bias_correction2_sqrt`` for the step (:meth:`CompiledAdamStep._set_scalars`)."""
+    beta1, beta2, eps, clip, guard_clip, skip_nonfinite = hyper
+    grads, logged = torch.func.grad(lambda p: loss_of(p, *inputs), has_aux=True)(params)
+    with torch.no_grad():
+        if clip is not None:  # the framework's clip_grad_norm_
+            coef = torch.clamp(clip / (_total_norm(grads) + 1e-6), max=1.0)
+            grads = [g * coef for g in grads]
+        norm = _total_norm(grads)  # the guard's check reads the clipped gradients, as it does eagerly
+        ok = torch.isfinite(norm) if skip_nonfinite else torch.ones((), dtype=torch.bool)
+        clipped = torch.zeros((), dtype=torch.bool)
+        if guard_clip is not None:
+            clipped = norm > guard_clip
+            coef = torch.clamp(guard_clip / (norm + 1e-6), max=1.0)
+            grads = [g * coef for g in grads]
+        counts.add_(torch.stack([torch.ones(()), (~ok).float(), (clipped & ok).float()]))
+        step_size, bias_correction2_sqrt = scalars[0], scalars[1]
+        for p, m, v, g, s in zip(params, exp_avgs, exp_avg_sqs, grads, steps):
+            m_new = torch.lerp(m, g, 1 - beta1)
+            v_new = torch.addcmul(v * beta2, g, g, value=1 - beta2)
+            denom = torch.sqrt(v_new) / bias_correction2_sqrt + eps
+            p.copy_(torch.where(ok, p + (step_size * m_new) / denom, p))
+            m.copy_(torch.where(ok, m_new, m))
+            v.copy_(torch.where(ok, v_new, v))
+            s.add_(ok.float())
+    return logged
+
+
+_COMPILED: Callable | None = None
+
+
+def _compiled() -> Callable:
+    """:func:`_adam_step` under ``torch.compile`` (one per process: dynamo keys it on its inputs)."""
+    global _COMPILED
+    if _COMPILED is None:
+        # cpp_wrapper: the graph is called from C++, no Python per op; fallback_random: random ops draw
+        # from torch's generator, as eager does
+        _COMPILED = torch.compile(_adam_step, fullgraph=True, dynamic=False,
+                                  options={"cpp_wrapper": True, "fallback_random": True})
+    return _COMPILED

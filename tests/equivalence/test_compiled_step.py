@@ -1,0 +1,151 @@
+"""``training.compiled_updates``: a DQN gradient step compiled whole (TorchInductor) against SB3's own.
+
+The compiled step rounds differently from the eager one (inductor sums the bias gradients and norms in
+another order, eager's Adam kernels use fused multiply-adds), so it is not bit for bit. The tolerance is
+derived on the running CPU: after 200 steps the compiled run may stray from SB3's no further than
+``DRIFT`` times as far as PyTorch's own single-kernel Adam (``training.fused_optimizer``, another
+re-rounding of the same math) strays on the same work; a one-line change to the loss strays far beyond.
+The same function run eagerly is SB3's step bit for bit: the math is the same, only the rounding moves.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from rlaccel_plugins.fused import differences
+
+pytestmark = [pytest.mark.needs("stable_baselines3"), pytest.mark.xdist_group("compiled")]
+
+STEPS, CALLS = 8, 25  # 200 gradient steps
+DRIFT = 20.0  # how much farther than the single-kernel Adam's re-rounding the compiled run may stray
+
+
+def _filled(seed: int = 3):
+    from stable_baselines3 import DQN
+
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=10_000, seed=seed, policy_kwargs=dict(net_arch=[64, 64]))
+    model.learn(1_500)
+    return model
+
+
+def _run(model, train) -> dict:
+    np.random.seed(11)
+    logged = []
+    for _ in range(CALLS):
+        train(STEPS, 32)
+        logged.append(model.logger.name_to_value["train/loss"])
+    optimizer = model.policy.optimizer
+    return {"parameters": torch.cat([p.detach().flatten() for p in model.q_net.parameters()]),
+            "exp_avg_sq": torch.cat([optimizer.state[p]["exp_avg_sq"].flatten() for p in model.q_net.parameters()]),
+            "steps": [float(optimizer.state[p]["step"]) for p in model.q_net.parameters()],
+            "logged": logged, "n_updates": model._n_updates, "rng": np.random.get_state()[1].copy()}
+
+
+def _gap(expected: dict, actual: dict) -> float:
+    """The largest parameter difference relative to the parameters' scale."""
+    return float((expected["parameters"] - actual["parameters"]).abs().max() / expected["parameters"].abs().max())
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    from rlaccel_sb3.fused import fused_train_for
+
+    base = _filled()
+    models = {name: copy.deepcopy(base) for name in ("stock", "single-kernel adam", "compiled")}
+    return {"stock": _run(models["stock"], models["stock"].train),
+            "single-kernel adam": _run(models["single-kernel adam"],
+                                       fused_train_for(models["single-kernel adam"], fused_optimizer=True)),
+            "compiled": _run(models["compiled"], fused_train_for(models["compiled"], compiled=True)),
+            "base": base}
+
+
+def test_the_compiled_step_agrees_with_sb3_within_the_derived_tolerance(runs):
+    stock, compiled, reference = runs["stock"], runs["compiled"], runs["single-kernel adam"]
+    assert differences(stock["parameters"], compiled["parameters"])  # it compiled: not bit for bit
+    assert _gap(stock, compiled) <= DRIFT * max(_gap(stock, reference), 1e-7)
+    # what does not depend on rounding is equal: the update count, Adam's step counts, every RNG draw
+    assert compiled["n_updates"] == stock["n_updates"]
+    assert compiled["steps"] == stock["steps"]
+    assert np.array_equal(compiled["rng"], stock["rng"])
+    assert differences(stock["logged"], compiled["logged"], rtol=1e-4) == []
+
+
+def test_a_one_line_change_to_the_loss_strays_beyond_the_tolerance(runs, monkeypatch):
+    import torch.nn.functional as F
+    from rlaccel_sb3.fused import fused_train_for, value_based
+
+    def huber_with_beta_0_99(params, kinds, observations, actions, target, weights=None):  # one changed argument
+        from rlaccel_plugins.fused.flat import apply_layers
+
+        current = torch.gather(apply_layers(kinds, params, observations.float()), dim=1, index=actions.long())
+        loss = F.smooth_l1_loss(current, target, beta=0.99)
+        return loss, loss.detach()
+
+    monkeypatch.setattr(value_based, "_dqn_compiled_loss", huber_with_beta_0_99)
+    model = copy.deepcopy(runs["base"])
+    changed = _run(model, fused_train_for(model, compiled=True))
+    assert _gap(runs["stock"], changed) > DRIFT * max(_gap(runs["stock"], runs["single-kernel adam"]), 1e-7)
+
+
+def test_the_step_run_eagerly_is_sb3s_step_bit_for_bit():
+    """The compiled function's math, without the compiler: one step equals SB3's (clip, Adam, state)."""
+    from rlaccel_sb3.fused.value_based import compiled_dqn_step
+
+    model = _filled()
+    ours, theirs = copy.deepcopy(model), copy.deepcopy(model)
+    obs, actions, target = torch.randn(32, 4), torch.randint(0, 2, (32, 1)), torch.randn(32, 1)
+    for _ in range(3):
+        compiled_dqn_step(ours, compile=False)(obs, actions, target)
+        optimizer = theirs.policy.optimizer
+        optimizer.zero_grad()
+        loss = torch.nn.functional.smooth_l1_loss(theirs.q_net(obs).gather(1, actions), target)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(theirs.policy.parameters(), theirs.max_grad_norm)
+        optimizer.step()
+    assert differences(dict(theirs.policy.state_dict()), dict(ours.policy.state_dict())) == []
+    assert differences(theirs.policy.optimizer.state_dict()["state"], ours.policy.optimizer.state_dict()["state"]) == []
+
+
+def test_a_non_finite_step_is_skipped_and_counted_in_the_graph():
+    from rlaccel_plugins.updates.guard import GradientGuard
+    from rlaccel_sb3.fused.value_based import compiled_dqn_step
+
+    model = _filled()
+    guard = GradientGuard()
+    guard.attach(model.policy.optimizer)
+    step = compiled_dqn_step(model, guard=guard, compile=False)
+    before = copy.deepcopy(model.policy.state_dict())
+    step(torch.full((32, 4), float("nan")), torch.zeros(32, 1, dtype=torch.long), torch.zeros(32, 1))
+    step.flush()
+    assert differences(dict(before), dict(model.policy.state_dict())) == []
+    assert guard.stats["skipped_steps"] == 1 and guard.stats["guarded_steps"] == 1
+    guard.detach()
+
+
+def test_where_a_compiled_step_cannot_run_the_reason_is_named():
+    from stable_baselines3 import DQN
+    from rlaccel_sb3.fused import compiled_unavailable
+
+    sgd = DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(optimizer_class=torch.optim.SGD))
+    assert "SGD" in compiled_unavailable(sgd)
+    amsgrad = DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(optimizer_kwargs=dict(amsgrad=True)))
+    assert "amsgrad" in compiled_unavailable(amsgrad)
+    from stable_baselines3 import SAC
+
+    assert "no compiled step" in compiled_unavailable(SAC("MlpPolicy", "Pendulum-v1"))
+    assert compiled_unavailable(DQN("MlpPolicy", "CartPole-v1")) is None
+
+
+def test_compiled_updates_true_refuses_a_model_without_a_compiled_step():
+    from stable_baselines3 import SAC
+    from rlaccel_sb3 import AccelerateCallback
+
+    from rlaccel_plugins.errors import ConfigError
+
+    model = SAC("MlpPolicy", "Pendulum-v1", learning_starts=10)
+    with pytest.raises(ConfigError, match="compiled_updates"):
+        model.learn(20, callback=AccelerateCallback(compiled_updates=True))
