@@ -125,7 +125,7 @@ class CompiledAdamStep:
         inputs = self.static + inputs
         try:
             loss = self._function(self.loss_of, self.params, *state, self._scalars, self._counts, inputs, self.hyper)
-        except Exception as error:  # noqa: BLE001 - any compiler failure: the eager function instead
+        except Exception as error:
             if self._function is _adam_step:
                 raise
             self._fail(error)

@@ -111,8 +111,9 @@ def test_the_step_run_eagerly_is_sb3s_step_bit_for_bit():
 
 
 def test_a_non_finite_step_is_skipped_and_counted_in_the_graph():
-    from rlaccel_plugins.updates.guard import GradientGuard
     from rlaccel_sb3.fused.value_based import compiled_dqn_step
+
+    from rlaccel_plugins.updates.guard import GradientGuard
 
     model = _filled()
     guard = GradientGuard()
@@ -127,8 +128,8 @@ def test_a_non_finite_step_is_skipped_and_counted_in_the_graph():
 
 
 def test_where_a_compiled_step_cannot_run_the_reason_is_named():
-    from stable_baselines3 import DQN
     from rlaccel_sb3.fused import compiled_unavailable
+    from stable_baselines3 import DQN
 
     sgd = DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(optimizer_class=torch.optim.SGD))
     assert "SGD" in compiled_unavailable(sgd)
@@ -141,8 +142,8 @@ def test_where_a_compiled_step_cannot_run_the_reason_is_named():
 
 
 def test_compiled_updates_true_refuses_a_model_without_a_compiled_step():
-    from stable_baselines3 import SAC
     from rlaccel_sb3 import AccelerateCallback
+    from stable_baselines3 import SAC
 
     from rlaccel_plugins.errors import ConfigError
 

@@ -313,8 +313,8 @@ class AccelerateCallback(SparseDenseCallback):
         return methods if lean is not None else {}
 
     def _fused_train(self):
-        from rlaccel_plugins.fused.selection import select_fused
         from rlaccel_plugins.errors import ConfigError
+        from rlaccel_plugins.fused.selection import select_fused
         from rlaccel_sb3.fused import SUPPORTED, compiled_unavailable, fused_train_for
         from rlaccel_sb3.verified import CODE, train_key
 
