@@ -25,6 +25,12 @@ scaling or ``restore_last_good``. Step post-hooks (the sparse/dense schedule) ru
 ``optimizer.step()`` runs them. Where ``torch.compile`` is unavailable or fails, :class:`CompiledAdamStep`
 warns once and runs the caller's eager step instead (:attr:`CompiledAdamStep.failed`).
 
+The pieces: :class:`AdamOperand` is one optimizer as a compiled step sees it (its parameters, state,
+step scalars and guard); :func:`adam_update_` is the in-graph update of one operand; :class:`CompiledCall`
+compiles a step function once per process and falls back to it eagerly; :class:`CompiledAdamStep`
+puts them together for a step with one loss and one optimizer (DQN). An adapter's step with several
+optimizers (SAC: entropy coefficient, critic, actor) uses the pieces directly.
+
 Examples:
     >>> import torch
     >>> net = torch.nn.Linear(3, 1)
@@ -83,6 +89,123 @@ def ineligible(optimizer: torch.optim.Optimizer, guard: Any = None) -> str | Non
     return None
 
 
+class AdamOperand:
+    """One eligible optimizer as a compiled step reads and writes it: aliases of its parameters, its
+    ``exp_avg``/``exp_avg_sq``/``step`` tensors (made as Adam makes them on its first step, re-read when
+    ``load_state_dict`` replaced them), the coming step's scalars, and the guard's counters.
+
+    Args:
+        optimizer: an eligible ``Adam``/``AdamW`` (:func:`ineligible`).
+        params: its parameters, in the order the step's loss takes them (checked: exactly the optimizer's).
+        max_grad_norm: the framework's clip (``clip_grad_norm_`` before the step), or None.
+        guard: the :class:`~rlaccel_plugins.updates.guard.GradientGuard` attached to ``optimizer``, if any.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor], *,
+                 max_grad_norm: float | None = None, guard: Any = None) -> None:
+        group = optimizer.param_groups[0]
+        if [id(p) for p in params] != [id(p) for p in group["params"]]:
+            raise ValueError("params must be exactly the optimizer's parameters, in its order")
+        self.optimizer, self.guard = optimizer, guard
+        self.params = [p.detach() for p in params]  # aliases: the step writes the parameters in place
+        self._owners = list(params)
+        beta1, beta2 = group["betas"]
+        guard_clip = guard.max_grad_norm if guard is not None else None
+        self.hyper = (float(beta1), float(beta2), float(group["eps"]),
+                      None if max_grad_norm is None else float(max_grad_norm),
+                      None if guard_clip is None else float(guard_clip), bool(guard is not None and guard.skip_nonfinite))
+        self._counts = torch.zeros(3)  # the guard's: guarded, skipped, clipped
+        self._scalars = torch.zeros(2)  # Adam's step size and bias_correction2_sqrt for the coming step
+        self._scalars_np = self._scalars.numpy()
+        self._state: tuple | None = None
+
+    def tensors(self) -> tuple:
+        """What :func:`adam_update_` takes, ready for the coming step."""
+        exp_avgs, exp_avg_sqs, steps = self._bind_state()
+        self._set_scalars(steps[0])
+        return self.params, exp_avgs, exp_avg_sqs, steps, self._scalars, self._counts
+
+    def stepped(self) -> None:
+        """After the step: the optimizer's step post-hooks (the sparse/dense schedule), as ``step()`` runs them."""
+        for hook in chain(self.optimizer._optimizer_step_post_hooks.values(), _global_post_hooks().values()):
+            hook(self.optimizer, (), {})
+
+    def flush(self) -> None:
+        """Add the guard's counters kept in the graph to its ``stats`` (one read of a CPU tensor)."""
+        if self.guard is None:
+            return
+        guarded, skipped, clipped = (int(v) for v in self._counts.tolist())
+        self._counts.zero_()
+        stats = self.guard.stats
+        stats["guarded_steps"] += guarded
+        stats["skipped_steps"] += skipped
+        stats["clipped_steps"] += clipped
+        if skipped:
+            log.warning("rlaccel: skipped %d optimizer steps with a non-finite gradient norm; %d skipped so far",
+                        skipped, stats["skipped_steps"])
+
+    def _set_scalars(self, step: torch.Tensor) -> None:
+        """Adam's step size and bias correction for the coming step, computed as PyTorch computes them:
+        Python floats from the step count (a CPU tensor: reading it waits on nothing), rounded to float32
+        where its kernels take them. Computed in the graph they would be recomputed per vector of every
+        loop (inductor inlines scalar math into its consumers)."""
+        beta1, beta2 = self.hyper[0], self.hyper[1]
+        t = step.item() + 1
+        self._scalars_np[0] = (self.optimizer.param_groups[0]["lr"] / (1 - beta1 ** t)) * -1
+        self._scalars_np[1] = (1 - beta2 ** t) ** 0.5
+
+    def _bind_state(self) -> tuple:
+        states = [self.optimizer.state[p] for p in self._owners]
+        if self._state is not None and all(s.get("exp_avg") is m for s, m in zip(states, self._state[0])):
+            return self._state
+        for p, state in zip(self._owners, states):
+            if len(state) == 0:  # what Adam's _init_group puts there
+                from torch.optim import optimizer as torch_optimizer
+
+                state["step"] = torch.zeros((), dtype=torch_optimizer._get_scalar_dtype())
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        steps = [s["step"] for s in states]
+        if len({float(s) for s in steps}) != 1:
+            raise ValueError("the optimizer's parameters have different step counts; a compiled step shares one")
+        self._state = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps)
+        return self._state
+
+
+def guard_of(optimizer: torch.optim.Optimizer) -> Any:
+    """The gradient guard wrapping ``optimizer.step``, or None."""
+    return getattr(optimizer.__dict__.get("step"), "rlaccel_guard", None)
+
+
+class CompiledCall:
+    """``function`` compiled once per process (TorchInductor with its C++ wrapper; random ops draw from
+    torch's generator), called with the same arguments; where compilation fails, one warning and the
+    function itself from then on (:attr:`failed` says why). ``compile=False``: the function itself."""
+
+    def __init__(self, function: Callable, compile: bool = True) -> None:
+        self.function = function
+        self.failed: str | None = None
+        self._call = _compiled(function) if compile else function
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self._call(*args)
+        except Exception as error:  # noqa: BLE001 - any compiler failure: the eager function instead
+            if self._call is self.function:
+                raise
+            self._fail(error)
+            return self.function(*args)
+
+    def _fail(self, error: Exception) -> None:
+        from rlaccel_plugins.errors import RlaccelWarning
+
+        self.failed = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        self._call = self.function
+        warnings.warn(f"rlaccel: torch.compile failed for the compiled update ({self.failed}); running the same "
+                      "step eagerly. Set training.compiled_updates: false to skip the attempt.",
+                      RlaccelWarning, stacklevel=3)
+
+
 class CompiledAdamStep:
     """``loss_of``'s gradient step on ``optimizer``, compiled: call it with the step's inputs, get the
     logged loss back (a tensor; no host sync).
@@ -101,91 +224,21 @@ class CompiledAdamStep:
 
     def __init__(self, loss_of: Callable, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer, *,
                  static: tuple = (), max_grad_norm: float | None = None, guard: Any = None, compile: bool = True) -> None:
-        group = optimizer.param_groups[0]
-        if [id(p) for p in params] != [id(p) for p in group["params"]]:
-            raise ValueError("params must be exactly the optimizer's parameters, in its order")
-        self.loss_of, self.static, self.optimizer, self.guard = loss_of, static, optimizer, guard
-        self.params = [p.detach() for p in params]  # aliases: the step writes the parameters in place
-        self._owners = list(params)
-        beta1, beta2 = group["betas"]
-        guard_clip = guard.max_grad_norm if guard is not None else None
-        self.hyper = (float(beta1), float(beta2), float(group["eps"]),
-                      None if max_grad_norm is None else float(max_grad_norm),
-                      None if guard_clip is None else float(guard_clip), bool(guard is not None and guard.skip_nonfinite))
-        self.failed: str | None = None
-        self._function = _compiled() if compile else _adam_step
-        self._counts = torch.zeros(3)  # the guard's: guarded, skipped, clipped
-        self._scalars = torch.zeros(2)  # Adam's step size and bias_correction2_sqrt for the coming step
-        self._scalars_np = self._scalars.numpy()
-        self._state: tuple | None = None
+        self.loss_of, self.static, self.optimizer = loss_of, static, optimizer
+        self.operand = AdamOperand(optimizer, params, max_grad_norm=max_grad_norm, guard=guard)
+        self.call = CompiledCall(_one_loss_step, compile)
+
+    @property
+    def failed(self) -> str | None:
+        return self.call.failed
 
     def __call__(self, *inputs: Any) -> torch.Tensor:
-        state = self._bind_state()
-        self._set_scalars(state[2][0])
-        inputs = self.static + inputs
-        try:
-            loss = self._function(self.loss_of, self.params, *state, self._scalars, self._counts, inputs, self.hyper)
-        except Exception as error:
-            if self._function is _adam_step:
-                raise
-            self._fail(error)
-            loss = _adam_step(self.loss_of, self.params, *state, self._scalars, self._counts, inputs, self.hyper)
-        for hook in chain(self.optimizer._optimizer_step_post_hooks.values(),
-                          _global_post_hooks().values()):
-            hook(self.optimizer, (), {})
+        loss = self.call(self.loss_of, self.operand.tensors(), self.static + inputs, self.operand.hyper)
+        self.operand.stepped()
         return loss
 
-    def _set_scalars(self, step: torch.Tensor) -> None:
-        """Adam's step size and bias correction for the coming step, computed as PyTorch computes them:
-        Python floats from the step count (a CPU tensor: reading it waits on nothing), rounded to float32
-        where its kernels take them. Computed in the graph they would be recomputed per vector of every
-        loop (inductor inlines scalar math into its consumers)."""
-        beta1, beta2 = self.hyper[0], self.hyper[1]
-        t = step.item() + 1
-        self._scalars_np[0] = (self.optimizer.param_groups[0]["lr"] / (1 - beta1 ** t)) * -1
-        self._scalars_np[1] = (1 - beta2 ** t) ** 0.5
-
     def flush(self) -> None:
-        """Add the guard's counters kept in the graph to its ``stats`` (one host sync)."""
-        if self.guard is None:
-            return
-        guarded, skipped, clipped = (int(v) for v in self._counts.tolist())
-        self._counts.zero_()
-        stats = self.guard.stats
-        stats["guarded_steps"] += guarded
-        stats["skipped_steps"] += skipped
-        stats["clipped_steps"] += clipped
-        if skipped:
-            log.warning("rlaccel: skipped %d optimizer steps with a non-finite gradient norm; %d skipped so far",
-                        skipped, stats["skipped_steps"])
-
-    def _bind_state(self) -> tuple:
-        """The optimizer's ``exp_avg``, ``exp_avg_sq`` and ``step`` tensors (made as Adam makes them on its
-        first step), re-read when the optimizer's state was replaced (``load_state_dict``)."""
-        states = [self.optimizer.state[p] for p in self._owners]
-        if self._state is not None and all(s.get("exp_avg") is m for s, m in zip(states, self._state[0])):
-            return self._state
-        for p, state in zip(self._owners, states):
-            if len(state) == 0:  # what Adam's _init_group puts there
-                from torch.optim import optimizer as torch_optimizer
-
-                state["step"] = torch.zeros((), dtype=torch_optimizer._get_scalar_dtype())
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        steps = [s["step"] for s in states]
-        if len({float(s) for s in steps}) != 1:
-            raise ValueError("the optimizer's parameters have different step counts; a compiled step shares one")
-        self._state = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps)
-        return self._state
-
-    def _fail(self, error: Exception) -> None:
-        from rlaccel_plugins.errors import RlaccelWarning
-
-        self.failed = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        self._function = _adam_step
-        warnings.warn(f"rlaccel: torch.compile failed for the compiled update ({self.failed}); running the same "
-                      "step eagerly. Set training.compiled_updates: false to skip the attempt.",
-                      RlaccelWarning, stacklevel=3)
+        self.operand.flush()
 
 
 def _global_post_hooks() -> dict:
@@ -199,13 +252,19 @@ def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
 
 
-def _adam_step(loss_of: Callable, params: list[torch.Tensor], exp_avgs: list[torch.Tensor],
-               exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], scalars: torch.Tensor,
-               counts: torch.Tensor, inputs: tuple, hyper: tuple) -> torch.Tensor:
-    """One step, in place: the function compiled (and the eager fallback). ``scalars``: Adam's step size
-    and ``bias_correction2_sqrt`` for the step (:meth:`CompiledAdamStep._set_scalars`)."""
+def _one_loss_step(loss_of: Callable, operand: tuple, inputs: tuple, hyper: tuple) -> torch.Tensor:
+    """:class:`CompiledAdamStep`'s step: the loss's gradients, then :func:`adam_update_`."""
+    grads, logged = torch.func.grad(lambda p: loss_of(p, *inputs), has_aux=True)(operand[0])
+    adam_update_(grads, operand, hyper)
+    return logged
+
+
+def adam_update_(grads: Sequence[torch.Tensor], operand: tuple, hyper: tuple) -> None:
+    """In a step function: the framework's clip, the guard's check and Adam's update of one
+    :class:`AdamOperand` (``operand``: its :meth:`~AdamOperand.tensors`, ``hyper``: its ``hyper``), in place.
+    A step the guard skips (non-finite norm) leaves parameters, state and step counts as they were."""
+    params, exp_avgs, exp_avg_sqs, steps, scalars, counts = operand
     beta1, beta2, eps, clip, guard_clip, skip_nonfinite = hyper
-    grads, logged = torch.func.grad(lambda p: loss_of(p, *inputs), has_aux=True)(params)
     with torch.no_grad():
         if clip is not None:  # the framework's clip_grad_norm_
             coef = torch.clamp(clip / (_total_norm(grads) + 1e-6), max=1.0)
@@ -227,18 +286,16 @@ def _adam_step(loss_of: Callable, params: list[torch.Tensor], exp_avgs: list[tor
             m.copy_(torch.where(ok, m_new, m))
             v.copy_(torch.where(ok, v_new, v))
             s.add_(ok.float())
-    return logged
 
 
-_COMPILED: Callable | None = None
+_COMPILED: dict[Callable, Callable] = {}
 
 
-def _compiled() -> Callable:
-    """:func:`_adam_step` under ``torch.compile`` (one per process: dynamo keys it on its inputs)."""
-    global _COMPILED
-    if _COMPILED is None:
+def _compiled(function: Callable) -> Callable:
+    """``function`` under ``torch.compile``, one per function and process (dynamo keys it on its inputs)."""
+    if function not in _COMPILED:
         # cpp_wrapper: the graph is called from C++, no Python per op; fallback_random: random ops draw
         # from torch's generator, as eager does
-        _COMPILED = torch.compile(_adam_step, fullgraph=True, dynamic=False,
-                                  options={"cpp_wrapper": True, "fallback_random": True})
-    return _COMPILED
+        _COMPILED[function] = torch.compile(function, fullgraph=True, dynamic=False,
+                                            options={"cpp_wrapper": True, "fallback_random": True})
+    return _COMPILED[function]

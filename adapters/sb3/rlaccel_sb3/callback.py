@@ -322,7 +322,7 @@ class AccelerateCallback(SparseDenseCallback):
         fused = fused_train_for(self.model, guard=self.guard, fused_optimizer=training.fused_optimizer,
                                 compiled=training.compiled_updates is not False)
         if training.compiled_updates is True and fused is not None:
-            reason = compiled_unavailable(self.model, self.guard)
+            reason = compiled_unavailable(self.model)
             if reason is not None:
                 raise ConfigError(f"compiled_updates must be auto or false for this model, got compiled_updates=True: "
                                   f"{reason}. Fix: compiled_updates: auto compiles where it can.")

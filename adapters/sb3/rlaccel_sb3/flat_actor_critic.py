@@ -126,6 +126,37 @@ def q_network_spec(q_net: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.
     return layer_spec(around, q_net.q_net)
 
 
+def sac_actor_spec(actor: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor], float] | None:
+    """What :func:`action_log_prob` runs as data: the latent layers' kinds, every parameter in the actor's
+    order (the latent layers', then ``mu``'s and ``log_std``'s weight and bias) and the tanh correction's
+    epsilon; None where :func:`action_log_prob` would be the actor's own method."""
+    from stable_baselines3.common.distributions import SquashedDiagGaussianDistribution
+    from stable_baselines3.sac.policies import Actor
+
+    around = _around(actor, "forward", "action_log_prob", "get_action_dist_params", "extract_features")
+    if type(actor) is not Actor or actor.use_sde or around is None \
+            or type(actor.action_dist) is not SquashedDiagGaussianDistribution:
+        return None
+    latent, mu, log_std = (layer_spec(around, part) for part in (actor.latent_pi, actor.mu, actor.log_std))
+    if latent is None or mu is None or log_std is None:
+        return None
+    return latent[0], [*latent[1], *mu[1], *log_std[1]], actor.action_dist.epsilon
+
+
+def critic_spec(critic: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor], int] | None:
+    """What :func:`critic_forward` runs as data: the Q-networks' layer kinds (all alike), their
+    parameters in the critic's order and their number; None where it would be the critic's own call."""
+    from stable_baselines3.common.policies import ContinuousCritic
+
+    around = _around(critic, "forward", "q1_forward", "extract_features")
+    if type(critic) is not ContinuousCritic or around is None:
+        return None
+    specs = [layer_spec(around, q_net) for q_net in critic.q_networks]
+    if not specs or any(spec is None or spec[0] != specs[0][0] for spec in specs):
+        return None
+    return specs[0][0], [p for _, params in specs for p in params], len(specs)
+
+
 def _actor_forward(actor: torch.nn.Module) -> Callable | None:
     from stable_baselines3.td3.policies import Actor
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from rlaccel_sb3.fused import actor_critic, on_policy, value_based
 from rlaccel_sb3.fused.common import GraphsPerModel
+from rlaccel_sb3.fused.compiled_sac import CompiledSACStep
 
 SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
 
@@ -47,7 +48,7 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
     optimizers step with PyTorch's single-kernel ``fused=True`` implementation instead of the multi-tensor
     one: faster on the CPU, rounded differently (equal to SB3's within the tolerance
     ``tests/equivalence/test_sb3_fused.py`` states). With ``compiled=True`` (``training.compiled_updates``)
-    a CPU model's gradient steps run as one compiled call each where its family has one (DQN;
+    a CPU model's gradient steps run as one compiled call each where its family has one (DQN, SAC;
     :mod:`rlaccel_plugins.fused.compiled_step`): faster, equal within a derived tolerance. The returned function's ``release()`` drops the graphs and puts
     the optimizers' kernels back (the callback calls it when it removes the override).
     """
@@ -62,19 +63,16 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
     return train
 
 
-def compiled_unavailable(model, guard=None) -> str | None:
+def compiled_unavailable(model) -> str | None:
     """Why ``model``'s gradient steps cannot run compiled (``training.compiled_updates``), or None."""
-    if type(model).train is not trains_compiled():
-        return f"{type(model).__name__} has no compiled step (DQN has)"
-    step = value_based.compiled_dqn_step(model, guard, compile=False)
+    from stable_baselines3 import DQN, SAC
+
+    builds = {DQN.train: value_based.compiled_dqn_step, SAC.train: CompiledSACStep.build}
+    build = builds.get(type(model).train)
+    if build is None:
+        return f"{type(model).__name__} has no compiled step (DQN and SAC have)"
+    step = build(model, compile=False)
     return step if isinstance(step, str) else None
-
-
-def trains_compiled() -> Callable:
-    """The one ``train`` with a compiled step: SB3's ``DQN.train``."""
-    from stable_baselines3 import DQN
-
-    return DQN.train
 
 
 def trains() -> dict[Callable, Callable]:

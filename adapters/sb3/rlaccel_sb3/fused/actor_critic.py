@@ -17,7 +17,8 @@ from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
 from rlaccel_sb3.fused.batches import Batches, iter_batches, step_of
-from rlaccel_sb3.fused.common import GraphsPerModel, mean_of, step_key
+from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, step_key
+from rlaccel_sb3.fused.compiled_sac import CompiledSACStep
 from rlaccel_sb3.training_mode import set_training_mode
 
 
@@ -110,7 +111,8 @@ def _actor_critic_inputs(model, batches: Batches, i: int) -> tuple:
 
 
 def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerModel,
-               fused_optimizer: bool = False) -> None:
+               fused_optimizer: bool = False, compiled_of: Callable | None = None) -> None:
+    """SB3's ``SAC.train``; ``compiled_of()``: the call's :class:`CompiledSACStep`, or None (eager steps)."""
     from rlaccel_plugins.fused import polyak_update_
 
     actor, critic = model.actor, model.critic
@@ -168,18 +170,24 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
             return (*outputs, critic_loss.detach(), actor_loss.detach())
 
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
+        compiled = compiled_of() if compiled_of is not None else None
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for gradient_step, (batches, i) in enumerate(_each_step(model, gradient_steps, batch_size)):
                 update_target = gradient_step % model.target_update_interval == 0
                 inputs = _actor_critic_inputs(model, batches, i)
-                steps.step = functools.partial(step, update_target=update_target)
-                outputs = steps.run(step_key(steps, parameters, optimizers, inputs, update_target), inputs)
+                if compiled is not None and all(p.requires_grad for p in parameters):  # not a dense step
+                    outputs = compiled(*inputs, update_target=update_target)
+                else:
+                    steps.step = functools.partial(step, update_target=update_target)
+                    outputs = steps.run(step_key(steps, parameters, optimizers, inputs, update_target), inputs)
                 if tuned:
                     ent_coef_losses.append(outputs[0])
                 ent_coefs.append(outputs[-3])
                 critic_losses.append(outputs[-2])
                 actor_losses.append(outputs[-1])
         graphs.finish(optimizers)
+        if compiled is not None:
+            compiled.flush()
     model._n_updates += gradient_steps
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
     nan = np.nan
@@ -191,8 +199,10 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
 
 
 def sac_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
+    compiled_of = compiled_steps(model, graphs, CompiledSACStep.build) if graphs.compiled else None
+
     def train(gradient_steps: int, batch_size: int = 100) -> None:
-        _sac_train(model, gradient_steps, batch_size, graphs, fused_optimizer)
+        _sac_train(model, gradient_steps, batch_size, graphs, fused_optimizer, compiled_of)
     return train
 
 

@@ -4,6 +4,7 @@ of a captured step, the mean of logged losses."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,6 +53,29 @@ class GraphsPerModel:
         if self.steps is not None:
             self.steps.restore()
             self.steps = None
+
+
+def compiled_steps(model, graphs: GraphsPerModel, build: Callable) -> Callable[[], Any]:
+    """``compiled_of()`` for a family's fused ``train()``: the model's compiled step (``build(model)``, made
+    on first use and again when the optimizers were replaced), or None where it cannot run: autocast on,
+    compilation failed, or ``build`` said why not (a string)."""
+    made: dict[str, Any] = {}
+
+    def compiled_of():
+        if torch.is_autocast_enabled("cpu"):
+            return None
+        optimizers = tuple(id(o) for o in _optimizers_of(model))
+        if made.get("optimizers") != optimizers:
+            made.update(optimizers=optimizers, step=build(model))
+        step = made["step"]
+        return None if isinstance(step, str) or step.failed is not None else step
+    return compiled_of
+
+
+def _optimizers_of(model) -> list:
+    if hasattr(model, "actor"):
+        return [model.actor.optimizer, model.critic.optimizer, getattr(model, "ent_coef_optimizer", None)]
+    return [model.policy.optimizer]
 
 
 def _fingerprint(optimizers: list) -> tuple:

@@ -11,14 +11,14 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels, zero_grad
-from rlaccel_plugins.fused.compiled_step import CompiledAdamStep, ineligible
+from rlaccel_plugins.fused.compiled_step import CompiledAdamStep, guard_of, ineligible
 from rlaccel_plugins.fused.flat import apply_layers
 from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
 from rlaccel_sb3.fused.batches import Batches, flatten_steps, iter_batches
-from rlaccel_sb3.fused.common import GraphsPerModel, mean_of, step_key
+from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, step_key
 from rlaccel_sb3.training_mode import set_training_mode
 
 
@@ -151,7 +151,7 @@ def _dqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], obser
     return (per_sample * weights.view(-1, 1).to(per_sample.dtype)).mean(), per_sample.mean().detach()
 
 
-def compiled_dqn_step(model, guard=None, compile: bool = True) -> CompiledAdamStep | str:
+def compiled_dqn_step(model, compile: bool = True) -> CompiledAdamStep | str:
     """DQN's gradient step compiled whole (:mod:`rlaccel_plugins.fused.compiled_step`), or why it cannot be."""
     spec = flat.q_network_spec(model.q_net)
     optimizer = model.policy.optimizer
@@ -162,6 +162,7 @@ def compiled_dqn_step(model, guard=None, compile: bool = True) -> CompiledAdamSt
     kinds, params = spec
     if [id(p) for g in optimizer.param_groups for p in g["params"]] != [id(p) for p in params]:
         return "the optimizer does not hold exactly the Q-network's parameters"
+    guard = guard_of(optimizer)
     reason = ineligible(optimizer, guard)
     if reason is not None:
         return reason
@@ -170,20 +171,11 @@ def compiled_dqn_step(model, guard=None, compile: bool = True) -> CompiledAdamSt
 
 
 def dqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
-    state: dict = {}
-
-    def compiled_of() -> CompiledAdamStep | None:
-        if torch.is_autocast_enabled("cpu"):
-            return None
-        step = state.get("step")
-        if step is None or step.optimizer is not model.policy.optimizer:
-            step = state["step"] = compiled_dqn_step(model, graphs.guard)
-        return step if isinstance(step, CompiledAdamStep) and step.failed is None else None
+    compiled_of = compiled_steps(model, graphs, compiled_dqn_step) if graphs.compiled else None
 
     def train(gradient_steps: int, batch_size: int = 100) -> None:
         _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs,
-                     lambda: flat.q_values(model.q_net, new_epoch()), fused_optimizer,
-                     compiled_of if graphs.compiled else None)
+                     lambda: flat.q_values(model.q_net, new_epoch()), fused_optimizer, compiled_of)
     return train
 
 

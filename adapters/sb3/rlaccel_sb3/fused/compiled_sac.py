@@ -1,0 +1,167 @@
+"""SAC's gradient step compiled whole (``training.compiled_updates``): the entropy coefficient's, the
+critic's and the actor's updates and the target networks' Polyak average, as one call
+(:mod:`rlaccel_plugins.fused.compiled_step`).
+
+The math is SB3's ``SAC.train`` step, in its order: the actor's sample on the observations, the entropy
+coefficient's loss and Adam step (the coefficient used below is the one before that step), the target
+from the target critics on the actor's sample for the next observations, the critics' loss and step, the
+actor's loss through the *updated* critics and its step, then the Polyak average where SB3 makes it. The
+two Gaussian draws are made before the call, in SB3's order and shapes (the same ``normal_`` draws from
+torch's generator), and passed in. Networks are SB3's ``MlpPolicy`` ones as layer data
+(:func:`~rlaccel_sb3.flat_actor_critic.sac_actor_spec`, :func:`~rlaccel_sb3.flat_actor_critic.critic_spec`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from rlaccel_plugins.fused.compiled_step import AdamOperand, CompiledCall, adam_update_, guard_of, ineligible
+from rlaccel_plugins.fused.distributions import normal_log_prob
+from rlaccel_plugins.fused.flat import apply_layers
+from rlaccel_sb3 import flat_actor_critic as flat
+
+
+class CompiledSACStep:
+    """One SAC gradient step per call, compiled; ``build`` returns it or why it cannot be made."""
+
+    def __init__(self, model, actor_spec, critic_spec, target_spec, compile: bool = True) -> None:
+        self.model = model
+        latent_kinds, actor_params, epsilon = actor_spec
+        kinds, critic_params, n_critics = critic_spec
+        self.static = (latent_kinds, kinds, n_critics, float(epsilon))
+        self.targets = [p.detach() for p in target_spec[1]]
+        self.actor = AdamOperand(model.actor.optimizer, actor_params, guard=guard_of(model.actor.optimizer))
+        self.critic = AdamOperand(model.critic.optimizer, critic_params, guard=guard_of(model.critic.optimizer))
+        tuned = model.ent_coef_optimizer is not None and model.log_ent_coef is not None
+        self.ent = AdamOperand(model.ent_coef_optimizer, [model.log_ent_coef],
+                               guard=guard_of(model.ent_coef_optimizer)) if tuned else None
+        self.call = CompiledCall(_sac_step, compile)
+
+    @classmethod
+    def build(cls, model, compile: bool = True) -> CompiledSACStep | str:
+        if model.device.type != "cpu":
+            return "not on the CPU (CUDA graphs run there)"
+        actor, critic, target = (flat.sac_actor_spec(model.actor), flat.critic_spec(model.critic),
+                                 flat.critic_spec(model.critic_target))
+        if actor is None or critic is None or target is None:
+            return "the actor or critics are not MLPs of Linear/ReLU/Tanh layers on a 1-D Box (or gSDE, or a hook)"
+        if model.batch_norm_stats:
+            return "batch normalisation statistics"
+        for optimizer in (model.actor.optimizer, model.critic.optimizer, model.ent_coef_optimizer):
+            reason = ineligible(optimizer, guard_of(optimizer)) if optimizer is not None else None
+            if reason is not None:
+                return reason
+        try:
+            return cls(model, actor, critic, target, compile)
+        except ValueError as error:  # an optimizer holding other parameters than the network's
+            return str(error)
+
+    @property
+    def failed(self) -> str | None:
+        return self.call.failed
+
+    @property
+    def operands(self) -> list[AdamOperand]:
+        return [o for o in (self.ent, self.critic, self.actor) if o is not None]
+
+    def __call__(self, observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
+                 update_target: bool) -> tuple[torch.Tensor, ...]:
+        """The step's logged values: (entropy coefficient loss if tuned,) entropy coefficient, critic loss,
+        actor loss."""
+        model = self.model
+        shape = (len(actions), actions.shape[1])
+        noise = (torch.empty(shape, dtype=torch.float32).normal_(),  # SB3's two draws, in its order
+                 torch.empty(shape, dtype=torch.float32).normal_())
+        if not torch.is_tensor(discounts):
+            discounts = torch.tensor(float(discounts))
+        inputs = (observations, actions, next_observations, rewards, dones, discounts, *noise,
+                  weights if weights is not None else torch.ones(()))
+        fixed = None if self.ent is not None else model.ent_coef_tensor.detach().reshape(())
+        constants = (float(model.tau), float(model.target_entropy) if self.ent is not None else 0.0,
+                     update_target, weights is not None)
+        outputs = self.call(self.static, self.ent.tensors() if self.ent is not None else None,
+                            self.ent.hyper if self.ent is not None else None, self.critic.tensors(), self.critic.hyper,
+                            self.actor.tensors(), self.actor.hyper, self.targets, fixed, inputs, constants)
+        for operand in self.operands:
+            operand.stepped()
+        return outputs
+
+    def flush(self) -> None:
+        for operand in self.operands:
+            operand.flush()
+
+
+def _actor_sample(latent_kinds, params, observations, noise, epsilon):
+    """SB3's ``Actor.action_log_prob`` with the Gaussian draw given: squashed actions and log-probabilities."""
+    latent = apply_layers(latent_kinds, params[:-4], observations.float())
+    mean = F.linear(latent, params[-4], params[-3])
+    std = torch.ones_like(mean) * torch.clamp(F.linear(latent, params[-2], params[-1]), -20, 2).exp()
+    gaussian = mean + noise * std
+    actions = torch.tanh(gaussian)
+    log_prob = normal_log_prob(gaussian, mean, std).sum(dim=1)
+    return actions, log_prob - torch.sum(torch.log(1 - actions**2 + epsilon), dim=1)
+
+
+def _critics(kinds, params, n_critics, observations, actions):
+    q_input = torch.cat([observations.float(), actions], dim=1)
+    per = len(params) // n_critics
+    return [apply_layers(kinds, params[i * per:(i + 1) * per], q_input) for i in range(n_critics)]
+
+
+def _sac_step(static, ent, ent_hyper, critic, critic_hyper, actor, actor_hyper, targets, fixed_ent_coef, inputs,
+              constants):
+    latent_kinds, kinds, n_critics, epsilon = static
+    observations, actions, next_observations, rewards, dones, discounts, noise, next_noise, weights = inputs
+    tau, target_entropy, update_target, weighted = constants
+    with torch.no_grad():
+        _, log_prob = _actor_sample(latent_kinds, actor[0], observations, noise, epsilon)
+        log_prob = log_prob.reshape(-1, 1)
+    outputs = []
+    if ent is not None:
+        log_ent_coef = ent[0][0]
+        ent_coef = torch.exp(log_ent_coef).detach()  # before its step, as SB3 reads it
+
+        def ent_coef_loss_of(params):
+            loss = -(params[0] * (log_prob + target_entropy)).mean()
+            return loss, loss.detach()
+
+        grads, ent_coef_loss = torch.func.grad(ent_coef_loss_of, has_aux=True)(ent[0])
+        adam_update_(grads, ent, ent_hyper)
+        outputs.append(ent_coef_loss)
+    else:
+        ent_coef = fixed_ent_coef
+    outputs.append(ent_coef.reshape(()))
+    with torch.no_grad():
+        next_actions, next_log_prob = _actor_sample(latent_kinds, actor[0], next_observations, next_noise, epsilon)
+        next_q = torch.cat(_critics(kinds, targets, n_critics, next_observations, next_actions), dim=1)
+        next_q, _ = torch.min(next_q, dim=1, keepdim=True)
+        next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
+        target = rewards + (1 - dones) * discounts * next_q
+
+    def critic_loss_of(params):
+        current = _critics(kinds, params, n_critics, observations, actions)
+        loss = 0.5 * sum(F.mse_loss(q, target) for q in current)
+        if not weighted:
+            return loss, loss.detach()
+        w = weights.view(-1, 1).to(target.dtype)
+        return 0.5 * sum((w * (q - target) ** 2).mean() for q in current), loss.detach()
+
+    grads, critic_loss = torch.func.grad(critic_loss_of, has_aux=True)(critic[0])
+    adam_update_(grads, critic, critic_hyper)
+    updated_critic = [p.detach() for p in critic[0]]
+
+    def actor_loss_of(params):
+        actions_pi, log_prob_pi = _actor_sample(latent_kinds, params, observations, noise, epsilon)
+        q_values_pi = torch.cat(_critics(kinds, updated_critic, n_critics, observations, actions_pi), dim=1)
+        min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
+        loss = (ent_coef * log_prob_pi.reshape(-1, 1) - min_qf_pi).mean()
+        return loss, loss.detach()
+
+    grads, actor_loss = torch.func.grad(actor_loss_of, has_aux=True)(actor[0])
+    adam_update_(grads, actor, actor_hyper)
+    if update_target:
+        with torch.no_grad():
+            for target_param, param in zip(targets, critic[0]):  # SB3's polyak_update: mul_, then add_
+                target_param.copy_(torch.add(target_param * (1 - tau), param, alpha=tau))
+    return (*outputs, critic_loss, actor_loss)
