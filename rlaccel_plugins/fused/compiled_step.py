@@ -190,7 +190,7 @@ class CompiledCall:
     def __call__(self, *args: Any) -> Any:
         try:
             return self._call(*args)
-        except Exception as error:  # noqa: BLE001 - any compiler failure: the eager function instead
+        except Exception as error:
             if self._call is self.function:
                 raise
             self._fail(error)

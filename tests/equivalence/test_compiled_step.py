@@ -147,10 +147,10 @@ def test_where_a_compiled_step_cannot_run_the_reason_is_named():
 
 def test_compiled_updates_true_refuses_a_model_without_a_compiled_step():
     from rlaccel_sb3 import AccelerateCallback
-    from stable_baselines3 import SAC
+    from stable_baselines3 import TD3
 
     from rlaccel_plugins.errors import ConfigError
 
-    model = SAC("MlpPolicy", "Pendulum-v1", learning_starts=10)
+    model = TD3("MlpPolicy", "Pendulum-v1", learning_starts=10)
     with pytest.raises(ConfigError, match="compiled_updates"):
         model.learn(20, callback=AccelerateCallback(compiled_updates=True))
