@@ -9,7 +9,7 @@ Tasks at RL Zoo's settings (``rlaccel_sb3.train.ZOO``): ``dqn-cartpole`` (DQN Ca
 - ``stock + torch.compile``: every network of the policy compiled in place (``Module.compile()``);
 - ``drop-in``: the README's two lines (``TieredReplayBuffer``, ``AccelerateCallback()``; PPO: the callback);
 - ``drop-in + compiled``: the drop-in with ``training.compiled_updates`` (where the algorithm has a compiled
-  step: DQN);
+  step: DQN, SAC);
 - ``SBX``: ``sbx.<ALGO>`` with the same settings (``pip install -e ".[peers]"``; left out when not installed).
 
 Every run builds a fresh model, learns a warm-up stretch (past ``learning_starts`` and the first updates,
@@ -55,11 +55,11 @@ class Task:
 
 
 TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
-         "sac-pendulum": Task("sac", "Pendulum-v1", 4_000, 500),
-         "td3-pendulum": Task("td3", "Pendulum-v1", 4_000, 10_500),
+         "sac-pendulum": Task("sac", "Pendulum-v1", 3_000, 500),
+         "td3-pendulum": Task("td3", "Pendulum-v1", 3_000, 10_500),
          "ppo-cartpole": Task("ppo", "CartPole-v1", 16_384, 2_048)}
 VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "drop-in", "drop-in + compiled", "SBX")
-COMPILED_ALGOS = ("dqn",)  # algorithms with a compiled step (training.compiled_updates)
+COMPILED_ALGOS = ("dqn", "sac")  # algorithms with a compiled step (training.compiled_updates)
 
 
 def sbx_available() -> bool:
@@ -159,11 +159,16 @@ def ratios(runs: dict[str, list[dict[str, float]]], kind: str) -> dict[str, dict
     return out
 
 
-def best_stock(task_result: dict[str, Any], kind: str = "steady") -> str:
-    """The faster of stock's thread counts (the peer a user who tunes threads would pick)."""
+def best_stock(task_result: dict[str, Any], kind: str = "steady") -> str | None:
+    """The faster of stock's thread counts (the peer a user who tunes threads would pick), where measured."""
     runs = task_result["runs"]
     candidates = [v for v in ("stock", "stock 1-thread") if v in runs]
-    return min(candidates, key=lambda v: sorted(r[kind] for r in runs[v])[len(runs[v]) // 2])
+    return min(candidates, key=lambda v: _median(r[kind] for r in runs[v])) if candidates else None
+
+
+def _median(values) -> float:
+    values = sorted(values)
+    return values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
 
 
 def table(results: dict[str, Any]) -> str:
@@ -174,8 +179,7 @@ def table(results: dict[str, Any]) -> str:
         lines.append(f"  {'variant':<28} {'steady s':>9} {'vs stock':>20} {'vs SBX':>20} {'end to end s':>13} "
                      f"{'vs SBX':>20}")
         for variant, results_ in data["runs"].items():
-            steady = sorted(r["steady"] for r in results_)[len(results_) // 2]
-            e2e = sorted(r["end_to_end"] for r in results_)[len(results_) // 2]
+            steady, e2e = _median(r["steady"] for r in results_), _median(r["end_to_end"] for r in results_)
             r_steady, r_e2e = data["ratios"]["steady"][variant], data["ratios"]["end_to_end"][variant]
             lines.append(f"  {variant:<28} {steady:9.2f} {_ratio(r_steady.get('vs stock')):>20} "
                          f"{_ratio(r_steady.get('vs SBX')):>20} {e2e:13.2f} {_ratio(r_e2e.get('vs SBX')):>20}")
