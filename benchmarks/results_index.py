@@ -175,6 +175,84 @@ def checkpoint_size(measure: str, file: str, ours: str, stock: str) -> Figure:
 
 
 STUDY = RESULTS / "learning-quick"
+PEERS = RESULTS / "peers"
+PEER_TASKS = {"dqn-cartpole": "SB3 DQN CartPole-v1", "sac-pendulum": "SB3 SAC Pendulum-v1",
+              "td3-pendulum": "SB3 TD3 Pendulum-v1", "ppo-cartpole": "SB3 PPO CartPole-v1"}
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _fastest_dropin(runs: dict) -> str:
+    return min((v for v in runs if v.startswith("drop-in")), key=lambda v: _median([r["steady"] for r in runs[v]]))
+
+
+def peer_figures() -> list[Figure]:
+    """Per task of ``benchmarks/peers.py``'s latest run: the fastest drop-in's steady-state time against
+    SBX's (where SBX ran) and against stock's."""
+    path = PEERS / "peers.json"
+    if not path.exists():
+        return []
+    results = json.loads(path.read_text())
+    out = []
+    for task, data in results["tasks"].items():
+        best = _fastest_dropin(data["runs"])
+        ratios = data["ratios"]["steady"][best]
+        against = [f"{_ci(ratios[key], suffix='x')} {key.split()[1]}'s" for key in ("vs SBX", "vs stock") if key in ratios]
+        out.append(Figure(f"{PEER_TASKS.get(task, task)}: learn() time, {best}", "; ".join(against) + " time",
+                          results["command"], results["machine"].split(",")[0], results["date"],
+                          str(path.relative_to(ROOT))))
+    return out
+
+
+def peers_section() -> str:
+    """The peer benchmark's table: every variant's steady and end-to-end time, with its ratios."""
+    path = PEERS / "peers.json"
+    if not path.exists():
+        return ""
+    results = json.loads(path.read_text())
+    lines = ["## Peers", "",
+             (f"`{results['command']}` ({results['date']}; {results['machine']}): the same work — RL Zoo's settings, "
+              "a fixed number of env steps after a warm-up — through stock SB3, stock with one torch thread, "
+              "`torch.compile` on the policy's networks, the drop-in, the drop-in with "
+              "[`compiled_updates`](fused.md#compiled-updates-trainingcompiled_updates) and SBX (SB3 in JAX). "
+              "**Steady**: the fixed work after the warm-up (JIT and compilation done); **end to end**: warm-up "
+              "and work, what a run pays. Ratios are times (lower is faster), the median over interleaved "
+              "rounds with a 95% bootstrap CI (with 3 rounds, their range). Where the time goes: "
+              "[the dated note](notes/peers-2026-12-06.md)."), "",
+             "| task | variant | steady s | vs stock | vs SBX | end to end s | vs SBX |", "|---|---|---:|---:|---:|---:|---:|"]
+    for task, data in results["tasks"].items():
+        for variant, runs in data["runs"].items():
+            steady, e2e = data["ratios"]["steady"][variant], data["ratios"]["end_to_end"][variant]
+            lines.append(f"| {PEER_TASKS.get(task, task)} | {variant} | {_median([r['steady'] for r in runs]):.1f} | "
+                         f"{_ci(steady['vs stock'], suffix='x') if 'vs stock' in steady else '—'} | "
+                         f"{_ci(steady['vs SBX'], suffix='x') if 'vs SBX' in steady else '—'} | "
+                         f"{_median([r['end_to_end'] for r in runs]):.1f} | "
+                         f"{_ci(e2e['vs SBX'], suffix='x') if 'vs SBX' in e2e else '—'} |")
+    return "\n".join(lines) + "\n"
+
+
+def peers_latest() -> tuple[str, str, str]:
+    results = json.loads((PEERS / "peers.json").read_text())
+    data = results["tasks"]["dqn-cartpole"]
+    best = _fastest_dropin(data["runs"])
+    ratio = data["ratios"]["steady"][best].get("vs SBX")
+    figure = f"SB3 DQN CartPole `learn()`, {best}: {ratio[0]:.2f}x SBX's time" if ratio else \
+        f"SB3 DQN CartPole `learn()`, {best}: {data['ratios']['steady'][best]['vs stock'][0]:.2f}x stock's time"
+    return figure, results["date"], str((PEERS / "peers.json").relative_to(ROOT))
+
+
+def phases_latest() -> tuple[str, str, str]:
+    results = json.loads((PEERS / "phases.json").read_text())
+    variants = results["variants"]
+    per_step = {v: 1e3 * d["seconds"]["update: train()"] / d["timed_gradient_steps"] for v, d in variants.items()}
+    floor = 1e3 * min(v for k, v in results["floor"].items() if k.startswith("matmuls_seconds"))
+    figure = ("DQN CartPole, ms per gradient step: " + ", ".join(f"{v} {ms:.2f}" for v, ms in per_step.items())
+              + f"; its matrix products alone {floor:.2f}")
+    return figure, results["date"], str((PEERS / "phases.json").relative_to(ROOT))
 
 
 def default_variant(stats: dict) -> str:
@@ -213,6 +291,7 @@ def study_figures() -> list[Figure]:
 def current_figures() -> list[Figure]:
     """The figure of each maintained benchmark that the README and the results page show."""
     return [
+        *peer_figures(),
         *study_figures(),
         learn_time("SB3 DQN CartPole-v1: learn(), fixed work", "dropin-lean-step/dropin_learn_dqn_cartpole_segments.txt"),
         learn_time("SB3 SAC InvertedPendulum-v5: learn(), fixed work",
@@ -284,6 +363,8 @@ LATEST = {
                      "SAC 256-256 gradient steps on an H200, CUDA graphs: {0} SB3's speed"),
     "grad_norm_bench.py": ("grad-norm-bench/grad_norm_bench.txt", r"SAC critic 256-256: .*norm ([\d.]+x)\s+clip ([\d.]+x)",
                            "SAC 256-256 critic: norm {0}, clip {1} torch's time"),
+    "peer_phases.py": phases_latest,
+    "peers.py": peers_latest,
     "ray_scaling.py": ("ray_scaling/results.md", r"ray, 2 actors x 4 envs \| [\d,]+ \| ([\d.]+x)",
                        "2 actors: {0} the single process's collection rate"),
     "replay_bench.py": ("replay-bench/replay_bench.txt", r"memory ([\d.]+x)",
@@ -304,6 +385,8 @@ LATEST = {
 def latest_figure(script: str) -> tuple[str, str, str]:
     """``(figure, date, source)`` of a maintained script's latest run, read from its results file (a
     ``command.txt`` beside a results file without a ``$ command`` line gives the date)."""
+    if callable(LATEST[script]):  # a script writing JSON: read, not scraped
+        return LATEST[script]()
     file, pattern, template = LATEST[script]
     path = RESULTS / file
     block, date = _last_block(path)
@@ -350,6 +433,7 @@ def build_results_page() -> str:
         "framework, variants interleaved; learning is many seeds per variant with 95% CIs. Timings on the "
         "2-core VMs these ran on are noisy: compare ratios within a run, not absolute rates across runs."), "",
         "## Current figures", "", figures_table(figures, REPO), "",
+        peers_section(),
         learning_section(),
         suite_section(),
         "## History", "",

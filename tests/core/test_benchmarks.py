@@ -27,6 +27,9 @@ TINY = {
     "update_overheads.py": ["--rounds", "1", "--number", "2"],
     "updates_bench.py": ["--batch-sizes", "32", "--steps", "2", "--rounds", "1"],
     "async_bench.py": ["--steps", "512", "--rounds", "1", "--frameworks", "sb3"],
+    "peers.py": ["--tasks", "dqn-cartpole", "--steps", "256", "--warmup", "1100", "--rounds", "1",
+                 "--variants", "stock,stock 1-thread,drop-in"],
+    "peer_phases.py": ["--steps", "512", "--warmup", "1100", "--variants", "stock,drop-in"],
     "gpu_bench.py": ["--help"],
     "ray_scaling.py": ["--help"],
 }

@@ -154,3 +154,24 @@ def test_compiled_updates_true_refuses_a_model_without_a_compiled_step():
     model = TD3("MlpPolicy", "Pendulum-v1", learning_starts=10)
     with pytest.raises(ConfigError, match="compiled_updates"):
         model.learn(20, callback=AccelerateCallback(compiled_updates=True))
+
+
+def test_the_drop_in_works_on_a_policy_the_user_compiled():
+    """A user who already ran ``Module.compile()`` on the policy's networks: the drop-in (eager fused and
+    compiled steps) trains it, and the eager drop-in gives the same weights as on the uncompiled policy
+    (its flat networks read the same parameters)."""
+    from rlaccel_sb3 import AccelerateCallback
+    from stable_baselines3 import DQN
+
+    def trained(user_compiled: bool, compiled_updates: bool) -> torch.Tensor:
+        model = DQN("MlpPolicy", "CartPole-v1", learning_starts=200, train_freq=64, gradient_steps=8, seed=0,
+                    policy_kwargs=dict(net_arch=[64, 64]))
+        if user_compiled:
+            for network in model.policy.children():
+                network.compile()
+        model.learn(600, callback=AccelerateCallback(compiled_updates=compiled_updates))
+        assert model._n_updates == 56  # (600 - 200) // 64 + 1 train() calls of 8 steps
+        return torch.cat([p.detach().flatten() for p in model.q_net.parameters()])
+
+    assert torch.equal(trained(True, False), trained(False, False))
+    assert torch.isfinite(trained(True, True)).all()
