@@ -81,9 +81,13 @@ def test_a_one_line_change_to_the_loss_strays_beyond_the_tolerance(runs, monkeyp
 
     from rlaccel_plugins.fused import compiled_step
 
-    def huber_with_beta_0_99(params, kinds, observations, actions, target, weights=None):  # one changed argument
+    def huber_with_beta_0_99(params, kinds, target_params, observations, actions, next_observations, rewards, dones,
+                             discounts, weights=None):  # one changed argument
         from rlaccel_plugins.fused.flat import apply_layers
 
+        with torch.no_grad():
+            next_q = apply_layers(kinds, target_params, next_observations.float()).max(dim=1).values.reshape(-1, 1)
+            target = rewards + (1 - dones) * discounts * next_q
         current = torch.gather(apply_layers(kinds, params, observations.float()), dim=1, index=actions.long())
         loss = F.smooth_l1_loss(current, target, beta=0.99)
         return loss, loss.detach()
@@ -101,11 +105,15 @@ def test_the_step_run_eagerly_is_sb3s_step_bit_for_bit():
 
     model = _filled()
     ours, theirs = copy.deepcopy(model), copy.deepcopy(model)
-    obs, actions, target = torch.randn(32, 4), torch.randint(0, 2, (32, 1)), torch.randn(32, 1)
+    obs, actions, next_obs = torch.randn(32, 4), torch.randint(0, 2, (32, 1)), torch.randn(32, 4)
+    rewards, dones = torch.rand(32, 1), (torch.rand(32, 1) < 0.1).float()
     for _ in range(3):
-        compiled_dqn_step(ours, compile=False)(obs, actions, target)
+        compiled_dqn_step(ours, compile=False)(obs, actions, next_obs, rewards, dones, ours.gamma)
         optimizer = theirs.policy.optimizer
         optimizer.zero_grad()
+        with torch.no_grad():
+            next_q = theirs.q_net_target(next_obs).max(dim=1).values.reshape(-1, 1)
+            target = rewards + (1 - dones) * theirs.gamma * next_q
         loss = torch.nn.functional.smooth_l1_loss(theirs.q_net(obs).gather(1, actions), target)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(theirs.policy.parameters(), theirs.max_grad_norm)
@@ -124,7 +132,8 @@ def test_a_non_finite_step_is_skipped_and_counted_in_the_graph():
     guard.attach(model.policy.optimizer)
     step = compiled_dqn_step(model, compile=False)
     before = copy.deepcopy(model.policy.state_dict())
-    step(torch.full((32, 4), float("nan")), torch.zeros(32, 1, dtype=torch.long), torch.zeros(32, 1))
+    step(torch.full((32, 4), float("nan")), torch.zeros(32, 1, dtype=torch.long), torch.zeros(32, 4),
+         torch.zeros(32, 1), torch.zeros(32, 1), 0.99)
     step.flush()
     assert differences(dict(before), dict(model.policy.state_dict())) == []
     assert guard.stats["skipped_steps"] == 1 and guard.stats["guarded_steps"] == 1

@@ -237,6 +237,16 @@ class TieredBufferMixin:
                           stacklevel=2)
         return self._get_samples(where.rows, env=env, env_indices=where.envs)
 
+    def sample_steps(self, steps: int, batch_size: int, env: VecNormalize | None = None):
+        """What ``steps`` calls of :meth:`sample` return, as one sample of ``steps * batch_size`` rows (the
+        same draws in the same order, the rows gathered once) and each call's importance weights: how a
+        fused ``train()`` draws all its batches at once."""
+        wheres = [self._engine.sample_indices(batch_size) for _ in range(steps)]
+        self.last_weights, self.last_levels = wheres[-1].weights, wheres[-1].levels
+        rows = np.concatenate([w.rows for w in wheres])
+        envs = np.concatenate([w.envs for w in wheres])
+        return self._get_samples(rows, env=env, env_indices=envs), [w.weights for w in wheres]
+
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None,
                      env_indices: np.ndarray | None = None):
         if env_indices is None:

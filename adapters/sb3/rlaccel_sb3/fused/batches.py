@@ -1,5 +1,7 @@
 """The replay batches of a fused off-policy ``train()``: every gradient step's batch drawn first, by the
-buffer's own ``sample()`` (the same RNG draws in the same order), stacked into one tensor per field."""
+buffer's own ``sample()`` (the same RNG draws in the same order), stacked into one tensor per field —
+or, for SB3's ``ReplayBuffer`` and rlaccel's tiered buffers, the same draws made in order and the rows
+of all batches gathered at once."""
 
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ def draw_batches(model, gradient_steps: int, batch_size: int) -> Batches:
     buffer = model.replay_buffer
     if type(buffer) is ReplayBuffer and model._vec_normalize_env is None:
         return _draw_from_replay_buffer(buffer, gradient_steps, batch_size)
+    if _tiered_sample(buffer):
+        return _draw_from_tiered_buffer(buffer, gradient_steps, batch_size, model._vec_normalize_env)
     samples, weights = [], []
     applied_by = getattr(buffer, "weights_applied_by", None)
     if hasattr(buffer, "weights_applied_by"):
@@ -96,6 +100,30 @@ def _draw_from_replay_buffer(buffer, k: int, batch_size: int) -> Batches:
 
     return Batches(tensor(buffer.observations[b, e, :]), tensor(buffer.actions[b, e, :]), tensor(next_obs),
                     tensor(dones), tensor(buffer.rewards[b, e].reshape(-1, 1)))
+
+
+def _tiered_sample(buffer) -> bool:
+    """Whether ``buffer`` samples as rlaccel's tiered buffer does (not a subclass with its own sampling)."""
+    from rlaccel_sb3.buffers import TieredBufferMixin
+
+    return isinstance(buffer, TieredBufferMixin) and all(
+        getattr(type(buffer), name) is getattr(TieredBufferMixin, name) for name in ("sample", "_get_samples"))
+
+
+def _draw_from_tiered_buffer(buffer, k: int, batch_size: int, env) -> Batches:
+    """rlaccel's tiered buffer's ``sample()`` ``k`` times — the same draws in the same order — with the
+    rows of all ``k`` batches gathered at once (``TieredReplayBuffer.sample_steps``)."""
+    sample, weights = buffer.sample_steps(k, batch_size, env=env)
+
+    def steps(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: v.reshape(k, batch_size, *v.shape[1:]) for key, v in value.items()}
+        return value.reshape(k, batch_size, *value.shape[1:])
+
+    return Batches(steps(sample.observations), steps(sample.actions), steps(sample.next_observations),
+                   steps(sample.dones), steps(sample.rewards),
+                   None if sample.discounts is None else steps(sample.discounts),
+                   None if weights[0] is None else torch.as_tensor(np.stack(weights), device=sample.rewards.device))
 
 
 def _stack(values: list) -> Any:

@@ -17,7 +17,7 @@ from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
-from rlaccel_sb3.fused.batches import Batches, flatten_steps, iter_batches
+from rlaccel_sb3.fused.batches import Batches, flatten_steps, iter_batches, step_of
 from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, step_key
 from rlaccel_sb3.training_mode import set_training_mode
 
@@ -36,7 +36,9 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
                  compiled_of: Callable | None = None) -> None:
     """DQN-style ``train()``: the target network is fixed for the call, so all targets come first.
     ``network_of()``: the online network's forward for the call (DQN's as flat layers where it can be);
-    ``compiled_of()``: the call's :class:`CompiledAdamStep`, or None (each step then runs eagerly)."""
+    ``compiled_of()``: the call's :class:`CompiledAdamStep`, or None (each step then runs eagerly). A
+    compiled step computes its batch's target itself (the same rows: a target forward of 64 rows in the
+    step is cheaper than a share of a batched one), so the batched targets are made only for eager steps."""
     policy = model.policy
     set_training_mode(policy, True)
     model._update_learning_rate(policy.optimizer)
@@ -60,16 +62,19 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches in iter_batches(model, gradient_steps, batch_size):
                 discounts = batches.discounts if batches.discounts is not None else model.gamma
-                with torch.no_grad():
-                    targets = targets_of(model, batches, discounts, batches.k, batch_size)
+                targets = None
                 for i in range(batches.k):
                     observations, actions = batches.step(i)
-                    inputs = (observations, actions, targets[i])
-                    if batches.weights is not None:
-                        inputs += (batches.weights[i],)
+                    weights = () if batches.weights is None else (batches.weights[i],)
                     if compiled is not None and all(p.requires_grad for p in parameters):  # not a dense step
-                        losses.append(compiled(*inputs))
+                        losses.append(compiled(observations, actions, step_of(batches.next_observations, i),
+                                               batches.rewards[i], batches.dones[i],
+                                               discounts[i] if torch.is_tensor(discounts) else discounts, *weights))
                         continue
+                    if targets is None:
+                        with torch.no_grad():
+                            targets = targets_of(model, batches, discounts, batches.k, batch_size)
+                    inputs = (observations, actions, targets[i], *weights)
                     (loss,) = steps.run(step_key(steps, parameters, optimizers, inputs), inputs)
                     losses.append(loss)
         graphs.finish(optimizers)
@@ -140,9 +145,14 @@ def _weighted_quantile_huber(current: torch.Tensor, target: torch.Tensor, weight
     return per_sample.mean(), (per_sample * weights.to(per_sample.dtype)).mean()
 
 
-def _dqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], observations: torch.Tensor,
-                       actions: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None = None):
-    """:func:`_dqn_loss` as a pure function of the Q-network's parameters (a compiled step's ``loss_of``)."""
+def _dqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], target_params: list[torch.Tensor],
+                       observations: torch.Tensor, actions: torch.Tensor, next_observations: torch.Tensor,
+                       rewards: torch.Tensor, dones: torch.Tensor, discounts, weights: torch.Tensor | None = None):
+    """:func:`_dqn_targets` then :func:`_dqn_loss` for one batch, as a pure function of the Q-network's
+    parameters (a compiled step's ``loss_of``)."""
+    with torch.no_grad():
+        next_q = apply_layers(kinds, target_params, next_observations.float()).max(dim=1).values.reshape(-1, 1)
+        target = rewards + (1 - dones) * discounts * next_q
     current = torch.gather(apply_layers(kinds, params, observations.float()), dim=1, index=actions.long())
     if weights is None:
         loss = F.smooth_l1_loss(current, target)
@@ -160,14 +170,17 @@ def compiled_dqn_step(model, compile: bool = True) -> CompiledAdamStep | str:
     if spec is None:
         return "the Q-network is not an MLP of Linear/ReLU/Tanh layers on a 1-D Box (or a hook is registered)"
     kinds, params = spec
+    target = flat.q_network_spec(model.q_net_target)
+    if target is None or target[0] != kinds:
+        return "the target Q-network is not the Q-network's shape of MLP (or a hook is registered)"
     if [id(p) for g in optimizer.param_groups for p in g["params"]] != [id(p) for p in params]:
         return "the optimizer does not hold exactly the Q-network's parameters"
     guard = guard_of(optimizer)
     reason = ineligible(optimizer, guard)
     if reason is not None:
         return reason
-    return CompiledAdamStep(_dqn_compiled_loss, params, optimizer, static=(kinds,), max_grad_norm=model.max_grad_norm,
-                            guard=guard, compile=compile)
+    return CompiledAdamStep(_dqn_compiled_loss, params, optimizer, static=(kinds, [p.detach() for p in target[1]]),
+                            max_grad_norm=model.max_grad_norm, guard=guard, compile=compile)
 
 
 def dqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
