@@ -125,10 +125,27 @@ class AdamOperand:
         self._set_scalars(steps[0])
         return self.params, exp_avgs, exp_avg_sqs, steps, self._scalars, self._counts
 
-    def stepped(self) -> None:
-        """After the step: the optimizer's step post-hooks (the sparse/dense schedule), as ``step()`` runs them."""
-        for hook in chain(self.optimizer._optimizer_step_post_hooks.values(), _global_post_hooks().values()):
-            hook(self.optimizer, (), {})
+    def stepped(self, times: int = 1) -> None:
+        """After the step(s): the optimizer's step post-hooks (the sparse/dense schedule), as ``step()`` runs them."""
+        for _ in range(times):
+            for hook in chain(self.optimizer._optimizer_step_post_hooks.values(), _global_post_hooks().values()):
+                hook(self.optimizer, (), {})
+
+    def hooks_can_wait(self) -> bool:
+        """Whether the step post-hooks may run after several steps instead of between them: none, or only
+        the sparse/dense schedule's where it never freezes a layer (its dense layers are the whole network)."""
+        hooks = chain(self.optimizer._optimizer_step_post_hooks.values(), _global_post_hooks().values())
+        return all(getattr(hook, "rlaccel_freezes", True) is False for hook in hooks)
+
+    def scan_tensors(self, steps: int) -> tuple:
+        """What :func:`adam_scan_` takes for ``steps`` steps: the tensors, with a table of each coming step's
+        scalars (row ``j``: the ``j``-th step taken from now, so a skipped step shifts nothing)."""
+        exp_avgs, exp_avg_sqs, step_tensors = self._bind_state()
+        beta1, beta2 = self.hyper[0], self.hyper[1]
+        lr, t0 = self.optimizer.param_groups[0]["lr"], step_tensors[0].item()
+        table = torch.tensor([((lr / (1 - beta1 ** t)) * -1, (1 - beta2 ** t) ** 0.5)
+                              for t in (t0 + j + 1 for j in range(steps))], dtype=torch.float32)
+        return self.params, exp_avgs, exp_avg_sqs, step_tensors, table, self._counts
 
     def flush(self) -> None:
         """Add the guard's counters kept in the graph to its ``stats`` (one read of a CPU tensor)."""
@@ -227,10 +244,11 @@ class CompiledAdamStep:
         self.loss_of, self.static, self.optimizer = loss_of, static, optimizer
         self.operand = AdamOperand(optimizer, params, max_grad_norm=max_grad_norm, guard=guard)
         self.call = CompiledCall(_one_loss_step, compile)
+        self.loop = CompiledCall(adam_scan_, compile)
 
     @property
     def failed(self) -> str | None:
-        return self.call.failed
+        return self.call.failed or self.loop.failed
 
     def __call__(self, *inputs: Any) -> torch.Tensor:
         loss = self.call(self.loss_of, self.operand.tensors(), self.static + inputs, self.operand.hyper)
@@ -239,6 +257,18 @@ class CompiledAdamStep:
 
     def flush(self) -> None:
         self.operand.flush()
+
+    def can_loop(self) -> bool:
+        """Whether :meth:`steps` may run (its post-hooks can wait until the loop's end)."""
+        return self.operand.hooks_can_wait()
+
+    def steps(self, *stacked: Any) -> torch.Tensor:
+        """``len(stacked[0])`` steps in one compiled call (:func:`adam_scan_`): row ``j`` of each input is
+        step ``j``'s; the logged losses of every step come back. Only where :meth:`can_loop`."""
+        losses = self.loop(self.loss_of, self.operand.scan_tensors(len(stacked[0])), self.static, stacked,
+                           self.operand.hyper)
+        self.operand.stepped(len(stacked[0]))
+        return losses
 
 
 def _global_post_hooks() -> dict:
@@ -286,6 +316,62 @@ def adam_update_(grads: Sequence[torch.Tensor], operand: tuple, hyper: tuple) ->
             m.copy_(torch.where(ok, m_new, m))
             v.copy_(torch.where(ok, v_new, v))
             s.add_(ok.float())
+
+
+def adam_scan_(loss_of: Callable, operand: tuple, static: tuple, xs: tuple, hyper: tuple) -> torch.Tensor:
+    """``len(xs[0])`` steps of ``loss_of`` and :func:`adam_update_`'s arithmetic as one loop in the graph
+    (``torch._higher_order_ops.scan``, as ``jax.lax.scan`` runs SBX's steps): step ``j`` reads row ``j`` of
+    every tensor in ``xs``; the weights and Adam's state are the loop's carry, written back once at the
+    end. ``operand``: :meth:`AdamOperand.scan_tensors`. Returns the logged loss of every step."""
+    from torch._higher_order_ops.scan import scan
+
+    params, exp_avgs, exp_avg_sqs, steps, table, counts = operand
+    beta1, beta2, eps, clip, guard_clip, skip_nonfinite = hyper
+    n = len(params)
+
+    def one_step(carry, x):
+        p, m, v, taken, counted = list(carry[:n]), carry[n:2 * n], carry[2 * n:3 * n], carry[3 * n], carry[3 * n + 1]
+        grads, logged = torch.func.grad(lambda q: loss_of(q, *static, *x), has_aux=True)(p)
+        if clip is not None:
+            coef = torch.clamp(clip / (_total_norm(grads) + 1e-6), max=1.0)
+            grads = [g * coef for g in grads]
+        norm = _total_norm(grads)
+        ok = torch.isfinite(norm) if skip_nonfinite else torch.ones((), dtype=torch.bool)
+        clipped = torch.zeros((), dtype=torch.bool)
+        if guard_clip is not None:
+            clipped = norm > guard_clip
+            coef = torch.clamp(guard_clip / (norm + 1e-6), max=1.0)
+            grads = [g * coef for g in grads]
+        scalars = torch.index_select(table, 0, taken.reshape(1))[0]  # a tensor index: no host read
+        step_size, bias_correction2_sqrt = scalars[0], scalars[1]
+        new_p, new_m, new_v = [], [], []
+        for p_, m_, v_, g in zip(p, m, v, grads):
+            m_next = torch.lerp(m_, g, 1 - beta1)
+            v_next = torch.addcmul(v_ * beta2, g, g, value=1 - beta2)
+            denom = torch.sqrt(v_next) / bias_correction2_sqrt + eps
+            new_p.append(torch.where(ok, p_ + (step_size * m_next) / denom, p_))
+            new_m.append(torch.where(ok, m_next, m_))
+            new_v.append(torch.where(ok, v_next, v_))
+        counted = counted + torch.stack([torch.ones(()), (~ok).float(), (clipped & ok).float()])
+        return (*new_p, *new_m, *new_v, taken + ok.long(), counted), logged
+
+    init = (*[p.clone() for p in params], *[m.clone() for m in exp_avgs], *[v.clone() for v in exp_avg_sqs],
+            torch.zeros((), dtype=torch.long), torch.zeros(3))
+    if torch.compiler.is_compiling():
+        carry, logged = scan(one_step, init, xs)
+    else:  # the same steps as a Python loop (the eager fallback, and tests without the compiler)
+        carry, outputs = init, []
+        for j in range(len(xs[0])):
+            carry, out = one_step(carry, tuple(x[j] for x in xs))
+            outputs.append(out)
+        logged = torch.stack(outputs)
+    with torch.no_grad():
+        for target, value in zip([*params, *exp_avgs, *exp_avg_sqs], carry[:3 * n]):
+            target.copy_(value)
+        for s in steps:
+            s.add_(carry[3 * n].float())
+        counts.add_(carry[3 * n + 1])
+    return logged
 
 
 _COMPILED: dict[Callable, Callable] = {}

@@ -143,7 +143,12 @@ class SparseDenseUpdater:
                          dense=dense, flops=flops)
         if self._pending_state is not None and len(self._pending_state) > len(self.attachments):
             self._restore(att, self._pending_state[len(self.attachments)])
-        att.handle = optimizer.register_step_post_hook(lambda _opt, _args, _kwargs: self._after_step(att))
+        def after_step(_opt, _args, _kwargs) -> None:
+            self._after_step(att)
+
+        # what a compiled multi-step update asks before it runs steps without firing this hook between them
+        after_step.rlaccel_freezes = bool(frozen)  # type: ignore[attr-defined]
+        att.handle = optimizer.register_step_post_hook(after_step)
         self.attachments.append(att)
         self._set_mode(att)
         return att

@@ -62,6 +62,9 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches in iter_batches(model, gradient_steps, batch_size):
                 discounts = batches.discounts if batches.discounts is not None else model.gamma
+                if compiled is not None and _loops(model, compiled, batches, parameters):
+                    losses.extend(compiled.steps(*_stacked(batches, discounts)).unbind())
+                    continue
                 targets = None
                 for i in range(batches.k):
                     observations, actions = batches.step(i)
@@ -83,6 +86,21 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
     model._n_updates += gradient_steps
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
     model.logger.record("train/loss", mean_of(losses) if losses else np.nan)
+
+
+def _loops(model, compiled: CompiledAdamStep, batches: Batches, parameters: list) -> bool:
+    """Whether the chunk's steps run as one compiled loop: more than one, as many as the model's
+    ``gradient_steps`` (one loop length, one compilation), no layer frozen now or by a hook between them."""
+    return 1 < batches.k == model.gradient_steps and compiled.can_loop() and all(p.requires_grad for p in parameters)
+
+
+def _stacked(batches: Batches, discounts) -> tuple:
+    """The chunk's rows as a compiled loop reads them: step ``j`` of each is step ``j``'s input."""
+    if not torch.is_tensor(discounts):
+        discounts = torch.full((batches.k,), float(discounts))
+    weights = () if batches.weights is None else (batches.weights,)
+    return (batches.observations, batches.actions, batches.next_observations, batches.rewards, batches.dones,
+            discounts, *weights)
 
 
 # rows per target-network forward: a 256-unit layer's activations for 2,048 rows (2 MB) stay in the CPU's
