@@ -63,6 +63,7 @@ class StudyTask:
 # what the variants are called in every study table and plot
 STOCK, UNIFORM, TIERS, NO_ARGUMENT = "stock", "drop-in, uniform (off)", "drop-in, tiers (preset)", "drop-in, no argument"
 ERE, CER, ANNEAL = "drop-in + ERE", "drop-in + CER", "drop-in, tiers annealed"
+COMPILED = "drop-in, uniform + compiled updates"  # training.compiled_updates: the learning check of a re-rounding
 BASELINES = {STOCK: STOCK, UNIFORM: UNIFORM}  # what the other variants are compared against
 
 
@@ -88,6 +89,14 @@ def _task(env_id: str, framework: str, algo: str, preset: str, budget: int, eval
                      study_variants(framework, algo, preset, budget), requires)
 
 
+def compiled_check(task: StudyTask) -> StudyTask:
+    """``task`` with uniform sampling, eager and with ``training.compiled_updates``: the same math rounded
+    otherwise, so P(compiled > eager) should not lie below 0.5."""
+    uniform = replace(drop_in(task.framework, "off", task.algo), name=UNIFORM)
+    compiled = replace(drop_in(task.framework, "off", task.algo, compiled_updates=True), name=COMPILED)
+    return replace(task, variants=(uniform, compiled))
+
+
 # Budgets: RL Zoo's for CartPole DQN (50k); Acrobot at half RL Zoo's 100k (its DQN reaches -100 well before;
 # evaluated every 5k: ten 500-step episodes of an untrained policy cost more than the 5k steps of training);
 # SAC at 30k, which the area score needs no threshold for; Tianshou's CartPole example at 40k.
@@ -99,9 +108,14 @@ TASKS = {
     "double-pendulum-sac": _task("InvertedDoublePendulum-v5", "sb3", "sac", "mujoco", 30_000, 1_500, 9_100.0,
                                  requires="mujoco"),
 }
+STUDY_TASKS = tuple(TASKS)
+TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in ("cartpole-dqn", "acrobot-dqn", "pendulum-sac")})
 STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "learning": (("the learning study: SB3 DQN on CartPole and Acrobot, SB3 SAC on InvertedPendulum and "
-                  "InvertedDoublePendulum, Tianshou DQN on CartPole"), tuple(TASKS)),
+                  "InvertedDoublePendulum, Tianshou DQN on CartPole"), STUDY_TASKS),
+    "compiled-check": (("the learning check of training.compiled_updates: SB3 DQN on CartPole and Acrobot, SB3 SAC on "
+                        "InvertedPendulum, uniform sampling eager and compiled"),
+                       ("cartpole-dqn-compiled", "acrobot-dqn-compiled", "pendulum-sac-compiled")),
     "learning-quick": (("the learning study's three cheapest tasks: SB3 DQN on CartPole and Acrobot, Tianshou DQN "
                         "on CartPole"), ("cartpole-dqn", "acrobot-dqn", "cartpole-tianshou")),
 }
