@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -208,9 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got --rounds={args.rounds}")
     command = "python -m benchmarks.peers " + " ".join(sys.argv[1:] if argv is None else argv)
-    print(f"$ {command}\n{platform.machine()} ({platform.processor() or 'cpu'}), {torch.get_num_threads()} torch "
-          f"threads, torch {torch.__version__}" + ("" if sbx_available() else "; SBX not installed (pip install -e '.[peers]')"),
-          flush=True)
+    print(f"$ {command}\n{machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+          + ("" if sbx_available() else "; SBX not installed (pip install -e '.[peers]')"), flush=True)
     results: dict[str, Any] = {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
                                "machine": machine(), "versions": _versions(), "tasks": {}}
     for name in tasks:
