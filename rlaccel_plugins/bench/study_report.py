@@ -18,6 +18,7 @@ from rlaccel_plugins.bench import learning_stats as ls
 from rlaccel_plugins.bench.study import (
     ANNEAL,
     CER,
+    COMPILED,
     ERE,
     NO_ARGUMENT,
     RUNS_FILE,
@@ -33,7 +34,7 @@ RANDOM_FILE = "random_returns.json"
 MIN_RUNS = 5  # below this a bootstrap CI's width says little about how many runs a decision needs
 # the comparisons that matter: every drop-in against stock; every non-uniform scheme against uniform
 PAIRS = [(v, STOCK) for v in (UNIFORM, TIERS, NO_ARGUMENT, ERE, CER, ANNEAL)] + \
-        [(v, UNIFORM) for v in (TIERS, NO_ARGUMENT, ERE, CER, ANNEAL)]
+        [(v, UNIFORM) for v in (TIERS, NO_ARGUMENT, ERE, CER, ANNEAL, COMPILED)]
 
 
 def random_return(env_id: str, episodes: int = 100, seed: int = 0) -> float:

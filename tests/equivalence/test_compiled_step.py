@@ -190,3 +190,24 @@ def test_the_drop_in_works_on_a_policy_the_user_compiled():
 
     assert torch.equal(trained(True, False), trained(False, False))
     assert torch.isfinite(trained(True, True)).all()
+
+
+def test_where_the_compiler_fails_one_warning_then_the_same_step_eagerly(monkeypatch):
+    from rlaccel_sb3.fused import fused_train_for
+
+    from rlaccel_plugins.errors import RlaccelWarning
+    from rlaccel_plugins.fused import compiled_step
+
+    def broken_compiler(function):
+        def fails(*args):
+            raise RuntimeError("no C++ compiler found")
+        return fails
+
+    monkeypatch.setattr(compiled_step, "_compiled", broken_compiler)
+    base = _filled()
+    fallback, eager = copy.deepcopy(base), copy.deepcopy(base)
+    with pytest.warns(RlaccelWarning, match="torch.compile failed .*no C\\+\\+ compiler found") as caught:
+        fallback_run = _run(fallback, fused_train_for(fallback, compiled=True))
+    assert len(caught) == 1
+    monkeypatch.setattr(compiled_step, "_compiled", lambda function: function)
+    assert differences(_run(eager, fused_train_for(eager, compiled=True)), fallback_run) == []
