@@ -149,17 +149,8 @@ class AdamOperand:
 
     def flush(self) -> None:
         """Add the guard's counters kept in the graph to its ``stats`` (one read of a CPU tensor)."""
-        if self.guard is None:
-            return
-        guarded, skipped, clipped = (int(v) for v in self._counts.tolist())
-        self._counts.zero_()
-        stats = self.guard.stats
-        stats["guarded_steps"] += guarded
-        stats["skipped_steps"] += skipped
-        stats["clipped_steps"] += clipped
-        if skipped:
-            log.warning("rlaccel: skipped %d optimizer steps with a non-finite gradient norm; %d skipped so far",
-                        skipped, stats["skipped_steps"])
+        if self.guard is not None:
+            self.guard.add_counts(self._counts)
 
     def _set_scalars(self, step: torch.Tensor) -> None:
         """Adam's step size and bias correction for the coming step, computed as PyTorch computes them:
@@ -294,28 +285,42 @@ def adam_update_(grads: Sequence[torch.Tensor], operand: tuple, hyper: tuple) ->
     :class:`AdamOperand` (``operand``: its :meth:`~AdamOperand.tensors`, ``hyper``: its ``hyper``), in place.
     A step the guard skips (non-finite norm) leaves parameters, state and step counts as they were."""
     params, exp_avgs, exp_avg_sqs, steps, scalars, counts = operand
-    beta1, beta2, eps, clip, guard_clip, skip_nonfinite = hyper
     with torch.no_grad():
-        if clip is not None:  # the framework's clip_grad_norm_
-            coef = torch.clamp(clip / (_total_norm(grads) + 1e-6), max=1.0)
-            grads = [g * coef for g in grads]
-        norm = _total_norm(grads)  # the guard's check reads the clipped gradients, as it does eagerly
-        ok = torch.isfinite(norm) if skip_nonfinite else torch.ones((), dtype=torch.bool)
-        clipped = torch.zeros((), dtype=torch.bool)
-        if guard_clip is not None:
-            clipped = norm > guard_clip
-            coef = torch.clamp(guard_clip / (norm + 1e-6), max=1.0)
-            grads = [g * coef for g in grads]
-        counts.add_(torch.stack([torch.ones(()), (~ok).float(), (clipped & ok).float()]))
-        step_size, bias_correction2_sqrt = scalars[0], scalars[1]
-        for p, m, v, g, s in zip(params, exp_avgs, exp_avg_sqs, grads, steps):
-            m_new = torch.lerp(m, g, 1 - beta1)
-            v_new = torch.addcmul(v * beta2, g, g, value=1 - beta2)
-            denom = torch.sqrt(v_new) / bias_correction2_sqrt + eps
-            p.copy_(torch.where(ok, p + (step_size * m_new) / denom, p))
-            m.copy_(torch.where(ok, m_new, m))
-            v.copy_(torch.where(ok, v_new, v))
+        new_p, new_m, new_v, ok, counted = _adam_arithmetic(grads, params, exp_avgs, exp_avg_sqs, scalars, hyper)
+        for target, value in zip([*params, *exp_avgs, *exp_avg_sqs], [*new_p, *new_m, *new_v]):
+            target.copy_(value)
+        for s in steps:
             s.add_(ok.float())
+        counts.add_(counted)
+
+
+def _adam_arithmetic(grads: Sequence[torch.Tensor], params: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
+                     exp_avg_sqs: Sequence[torch.Tensor], scalars: torch.Tensor, hyper: tuple) -> tuple:
+    """The framework's clip, the guard's check and Adam's formulas (PyTorch's, in its op order), as new
+    tensors: ``(params, exp_avgs, exp_avg_sqs, ok, counts)``; where not ``ok`` (a non-finite norm the
+    guard skips) the old values. ``counts``: this step's guarded, skipped, clipped."""
+    beta1, beta2, eps, clip, guard_clip, skip_nonfinite = hyper
+    if clip is not None:  # the framework's clip_grad_norm_
+        coef = torch.clamp(clip / (_total_norm(grads) + 1e-6), max=1.0)
+        grads = [g * coef for g in grads]
+    norm = _total_norm(grads)  # the guard's check reads the clipped gradients, as it does eagerly
+    ok = torch.isfinite(norm) if skip_nonfinite else torch.ones((), dtype=torch.bool)
+    clipped = torch.zeros((), dtype=torch.bool)
+    if guard_clip is not None:
+        clipped = norm > guard_clip
+        coef = torch.clamp(guard_clip / (norm + 1e-6), max=1.0)
+        grads = [g * coef for g in grads]
+    step_size, bias_correction2_sqrt = scalars[0], scalars[1]
+    new_p, new_m, new_v = [], [], []
+    for p, m, v, g in zip(params, exp_avgs, exp_avg_sqs, grads):
+        m_next = torch.lerp(m, g, 1 - beta1)
+        v_next = torch.addcmul(v * beta2, g, g, value=1 - beta2)
+        denom = torch.sqrt(v_next) / bias_correction2_sqrt + eps
+        new_p.append(torch.where(ok, p + (step_size * m_next) / denom, p))
+        new_m.append(torch.where(ok, m_next, m))
+        new_v.append(torch.where(ok, v_next, v))
+    counted = torch.stack([torch.ones(()), (~ok).float(), (clipped & ok).float()])
+    return new_p, new_m, new_v, ok, counted
 
 
 def adam_scan_(loss_of: Callable, operand: tuple, static: tuple, xs: tuple, hyper: tuple) -> torch.Tensor:
@@ -326,34 +331,14 @@ def adam_scan_(loss_of: Callable, operand: tuple, static: tuple, xs: tuple, hype
     from torch._higher_order_ops.scan import scan
 
     params, exp_avgs, exp_avg_sqs, steps, table, counts = operand
-    beta1, beta2, eps, clip, guard_clip, skip_nonfinite = hyper
     n = len(params)
 
     def one_step(carry, x):
         p, m, v, taken, counted = list(carry[:n]), carry[n:2 * n], carry[2 * n:3 * n], carry[3 * n], carry[3 * n + 1]
         grads, logged = torch.func.grad(lambda q: loss_of(q, *static, *x), has_aux=True)(p)
-        if clip is not None:
-            coef = torch.clamp(clip / (_total_norm(grads) + 1e-6), max=1.0)
-            grads = [g * coef for g in grads]
-        norm = _total_norm(grads)
-        ok = torch.isfinite(norm) if skip_nonfinite else torch.ones((), dtype=torch.bool)
-        clipped = torch.zeros((), dtype=torch.bool)
-        if guard_clip is not None:
-            clipped = norm > guard_clip
-            coef = torch.clamp(guard_clip / (norm + 1e-6), max=1.0)
-            grads = [g * coef for g in grads]
         scalars = torch.index_select(table, 0, taken.reshape(1))[0]  # a tensor index: no host read
-        step_size, bias_correction2_sqrt = scalars[0], scalars[1]
-        new_p, new_m, new_v = [], [], []
-        for p_, m_, v_, g in zip(p, m, v, grads):
-            m_next = torch.lerp(m_, g, 1 - beta1)
-            v_next = torch.addcmul(v_ * beta2, g, g, value=1 - beta2)
-            denom = torch.sqrt(v_next) / bias_correction2_sqrt + eps
-            new_p.append(torch.where(ok, p_ + (step_size * m_next) / denom, p_))
-            new_m.append(torch.where(ok, m_next, m_))
-            new_v.append(torch.where(ok, v_next, v_))
-        counted = counted + torch.stack([torch.ones(()), (~ok).float(), (clipped & ok).float()])
-        return (*new_p, *new_m, *new_v, taken + ok.long(), counted), logged
+        new_p, new_m, new_v, ok, step_counts = _adam_arithmetic(grads, p, m, v, scalars, hyper)
+        return (*new_p, *new_m, *new_v, taken + ok.long(), counted + step_counts), logged
 
     init = (*[p.clone() for p in params], *[m.clone() for m in exp_avgs], *[v.clone() for v in exp_avg_sqs],
             torch.zeros((), dtype=torch.long), torch.zeros(3))

@@ -178,17 +178,8 @@ class StepGraphs:
 
     def flush(self) -> None:
         """Add the guard's device-side counters to its ``stats`` (one host sync)."""
-        if self._counts is None or self.guard is None:
-            return
-        guarded, skipped, clipped = (int(v) for v in self._counts.tolist())
-        self._counts.zero_()
-        stats = self.guard.stats
-        stats["guarded_steps"] += guarded
-        stats["skipped_steps"] += skipped
-        stats["clipped_steps"] += clipped
-        if skipped:
-            log.warning("rlaccel: skipped %d optimizer steps with a non-finite gradient norm; %d skipped so far",
-                        skipped, stats["skipped_steps"])
+        if self._counts is not None and self.guard is not None:
+            self.guard.add_counts(self._counts)
 
     # ------------------------------------------------------------------ internals
     def _device_guard(self, optimizer: torch.optim.Optimizer) -> torch.Tensor | None:

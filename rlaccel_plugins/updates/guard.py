@@ -92,6 +92,18 @@ class GradientGuard:
         self._originals[id(optimizer)] = (optimizer, original)
         optimizer.step = guarded_step  # type: ignore[method-assign]
 
+    def add_counts(self, counts: torch.Tensor) -> None:
+        """Add counters kept off the host (a CUDA graph's, a compiled step's) to ``stats``, and zero them:
+        ``counts`` holds guarded, skipped and clipped steps (one read of the tensor)."""
+        guarded, skipped, clipped = (int(v) for v in counts.tolist())
+        counts.zero_()
+        self.stats["guarded_steps"] += guarded
+        self.stats["skipped_steps"] += skipped
+        self.stats["clipped_steps"] += clipped
+        if skipped:
+            log.warning("rlaccel: skipped %d optimizer steps with a non-finite gradient norm; %d skipped so far",
+                        skipped, self.stats["skipped_steps"])
+
     def wraps_class_step(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether this guard's wrapper of ``optimizer.step`` calls the optimizer class's own ``step``."""
         original = self._originals.get(id(optimizer), (None, None))[1]
