@@ -82,13 +82,24 @@ def _around(network: torch.nn.Module, *methods: str) -> list[torch.nn.Module] | 
     return [network, extractor, extractor.flatten]  # preprocess_obs is .float(), Flatten the identity
 
 
-def _action_log_prob(actor: torch.nn.Module) -> Callable | None:
+def _squashed_gaussian_actor(actor: torch.nn.Module) -> list[torch.nn.Module] | None:
+    """The modules a flat function of SAC's ``Actor`` skips (:func:`_around`), where it is SB3's own
+    squashed-Gaussian actor without gSDE; else None."""
     from stable_baselines3.common.distributions import SquashedDiagGaussianDistribution
-    from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN, Actor
+    from stable_baselines3.sac.policies import Actor
 
     around = _around(actor, "forward", "action_log_prob", "get_action_dist_params", "extract_features")
     if type(actor) is not Actor or actor.use_sde or around is None \
             or type(actor.action_dist) is not SquashedDiagGaussianDistribution:
+        return None
+    return around
+
+
+def _action_log_prob(actor: torch.nn.Module) -> Callable | None:
+    from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN
+
+    around = _squashed_gaussian_actor(actor)
+    if around is None:
         return None
     latent_pi, mu, log_std = (flat_layers(around, part) for part in (actor.latent_pi, actor.mu, actor.log_std))
     if latent_pi is None or mu is None or log_std is None:
@@ -130,12 +141,8 @@ def sac_actor_spec(actor: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.
     """What :func:`action_log_prob` runs as data: the latent layers' kinds, every parameter in the actor's
     order (the latent layers', then ``mu``'s and ``log_std``'s weight and bias) and the tanh correction's
     epsilon; None where :func:`action_log_prob` would be the actor's own method."""
-    from stable_baselines3.common.distributions import SquashedDiagGaussianDistribution
-    from stable_baselines3.sac.policies import Actor
-
-    around = _around(actor, "forward", "action_log_prob", "get_action_dist_params", "extract_features")
-    if type(actor) is not Actor or actor.use_sde or around is None \
-            or type(actor.action_dist) is not SquashedDiagGaussianDistribution:
+    around = _squashed_gaussian_actor(actor)
+    if around is None:
         return None
     latent, mu, log_std = (layer_spec(around, part) for part in (actor.latent_pi, actor.mu, actor.log_std))
     if latent is None or mu is None or log_std is None:
