@@ -3,7 +3,7 @@ the gradient guard's check and the Adam update, as TorchInductor code with its C
 
 Why: on the CPU an eager step of an RL-sized network spends more time between its matrix products than
 in them — Python and dispatch per op, autograd's bookkeeping, one pass over memory per stage of Adam —
-and a host sync per step where a guard reads the gradient norm (``benchmarks/peers.py --phases`` shows the
+and a host sync per step where a guard reads the gradient norm (``benchmarks/peer_phases.py`` shows the
 split). Compiled whole, the products stay the same ATen calls and everything between them becomes a few
 fused C++ loops, called without Python per op; the guard's check and its counters stay in the graph
 (read once per :meth:`CompiledAdamStep.flush`), so no step waits on the host. This is what SBX gets from
@@ -48,15 +48,12 @@ Examples:
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import Any
 
 import torch
-
-log = logging.getLogger("rlaccel")
 
 ADAMS = (torch.optim.Adam, torch.optim.AdamW)
 _NUMBERS = (int, float)
@@ -141,10 +138,8 @@ class AdamOperand:
         """What :func:`adam_scan_` takes for ``steps`` steps: the tensors, with a table of each coming step's
         scalars (row ``j``: the ``j``-th step taken from now, so a skipped step shifts nothing)."""
         exp_avgs, exp_avg_sqs, step_tensors = self._bind_state()
-        beta1, beta2 = self.hyper[0], self.hyper[1]
-        lr, t0 = self.optimizer.param_groups[0]["lr"], step_tensors[0].item()
-        table = torch.tensor([((lr / (1 - beta1 ** t)) * -1, (1 - beta2 ** t) ** 0.5)
-                              for t in (t0 + j + 1 for j in range(steps))], dtype=torch.float32)
+        t0 = step_tensors[0].item()
+        table = torch.tensor([self._step_scalars(t0 + j + 1) for j in range(steps)], dtype=torch.float32)
         return self.params, exp_avgs, exp_avg_sqs, step_tensors, table, self._counts
 
     def flush(self) -> None:
@@ -153,14 +148,15 @@ class AdamOperand:
             self.guard.add_counts(self._counts)
 
     def _set_scalars(self, step: torch.Tensor) -> None:
-        """Adam's step size and bias correction for the coming step, computed as PyTorch computes them:
+        self._scalars_np[:] = self._step_scalars(step.item() + 1)
+
+    def _step_scalars(self, t: float) -> tuple[float, float]:
+        """Adam's step size and ``bias_correction2_sqrt`` for step ``t``, computed as PyTorch computes them:
         Python floats from the step count (a CPU tensor: reading it waits on nothing), rounded to float32
         where its kernels take them. Computed in the graph they would be recomputed per vector of every
         loop (inductor inlines scalar math into its consumers)."""
         beta1, beta2 = self.hyper[0], self.hyper[1]
-        t = step.item() + 1
-        self._scalars_np[0] = (self.optimizer.param_groups[0]["lr"] / (1 - beta1 ** t)) * -1
-        self._scalars_np[1] = (1 - beta2 ** t) ** 0.5
+        return (self.optimizer.param_groups[0]["lr"] / (1 - beta1 ** t)) * -1, (1 - beta2 ** t) ** 0.5
 
     def _bind_state(self) -> tuple:
         states = [self.optimizer.state[p] for p in self._owners]

@@ -96,8 +96,6 @@ def _squashed_gaussian_actor(actor: torch.nn.Module) -> list[torch.nn.Module] | 
 
 
 def _action_log_prob(actor: torch.nn.Module) -> Callable | None:
-    from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN
-
     around = _squashed_gaussian_actor(actor)
     if around is None:
         return None
@@ -109,14 +107,23 @@ def _action_log_prob(actor: torch.nn.Module) -> Callable | None:
     def flat_action_log_prob(obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         latent = latent_pi(obs.float())
         mean = mu(latent)
-        std = torch.ones_like(mean) * torch.clamp(log_std(latent), LOG_STD_MIN, LOG_STD_MAX).exp()
-        gaussian = normal_rsample(mean, std)
-        actions = torch.tanh(gaussian)
-        log_prob = gaussian_log_prob(gaussian, mean, std)
-        log_prob -= torch.sum(torch.log(1 - actions**2 + epsilon), dim=1)  # the tanh correction
-        return actions, log_prob
+        noise = torch.empty(mean.shape, dtype=mean.dtype, device=mean.device).normal_()  # Normal.rsample's draw
+        return squashed_gaussian(mean, log_std(latent), noise, epsilon)
 
     return flat_action_log_prob
+
+
+def squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor,
+                      epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """SB3's ``SquashedDiagGaussianDistribution`` sample for the standard-normal draw ``noise`` (its
+    ``rsample``: ``mean + noise * std``) and its log-probability with the tanh correction, in its op order."""
+    from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN
+
+    std = torch.ones_like(mean) * torch.clamp(log_std, LOG_STD_MIN, LOG_STD_MAX).exp()
+    gaussian = mean + noise * std
+    actions = torch.tanh(gaussian)
+    log_prob = gaussian_log_prob(gaussian, mean, std)
+    return actions, log_prob - torch.sum(torch.log(1 - actions**2 + epsilon), dim=1)  # the tanh correction
 
 
 def flat_q_values(q_net: torch.nn.Module) -> Callable | None:

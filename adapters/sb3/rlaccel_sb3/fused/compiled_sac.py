@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 from rlaccel_plugins.fused.compiled_step import AdamOperand, CompiledCall, adam_update_, guard_of, ineligible
-from rlaccel_plugins.fused.distributions import normal_log_prob
 from rlaccel_plugins.fused.flat import apply_layers
 from rlaccel_sb3 import flat_actor_critic as flat
 
@@ -96,11 +95,7 @@ def _actor_sample(latent_kinds, params, observations, noise, epsilon):
     """SB3's ``Actor.action_log_prob`` with the Gaussian draw given: squashed actions and log-probabilities."""
     latent = apply_layers(latent_kinds, params[:-4], observations.float())
     mean = F.linear(latent, params[-4], params[-3])
-    std = torch.ones_like(mean) * torch.clamp(F.linear(latent, params[-2], params[-1]), -20, 2).exp()
-    gaussian = mean + noise * std
-    actions = torch.tanh(gaussian)
-    log_prob = normal_log_prob(gaussian, mean, std).sum(dim=1)
-    return actions, log_prob - torch.sum(torch.log(1 - actions**2 + epsilon), dim=1)
+    return flat.squashed_gaussian(mean, F.linear(latent, params[-2], params[-1]), noise, epsilon)
 
 
 def _critics(kinds, params, n_critics, observations, actions):
