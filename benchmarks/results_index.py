@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlaccel_plugins.bench.study import study_commands
+from rlaccel_plugins.bench.study_report import MIN_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -174,7 +175,7 @@ def checkpoint_size(measure: str, file: str, ours: str, stock: str) -> Figure:
                   block[1].split(",")[0] + " CPU", date, str(path.relative_to(ROOT)))
 
 
-STUDY = RESULTS / "learning-quick"
+STUDY = RESULTS / "learning"
 PEERS = RESULTS / "peers"
 PEER_TASKS = {"dqn-cartpole": "SB3 DQN CartPole-v1", "sac-pendulum": "SB3 SAC Pendulum-v1",
               "td3-pendulum": "SB3 TD3 Pendulum-v1", "ppo-cartpole": "SB3 PPO CartPole-v1"}
@@ -259,11 +260,12 @@ def phases_latest() -> tuple[str, str, str]:
     return figure, results["date"], str((PEERS / "phases.json").relative_to(ROOT))
 
 
-def default_variant(stats: dict) -> str:
-    """The study variant a user gets with no argument: the article's tiers where the study's decision
-    kept them, else uniform sampling."""
-    keep = stats["decisions"].get("no argument (default)", {}).get("keep_tiers", False)
-    return "drop-in, no argument" if keep else "drop-in, uniform (off)"
+def default_variant(stats: dict, task: str) -> str:
+    """The study variant a user gets with no argument on ``task``: the article's tiers where the decision table
+    keeps them for its family, else uniform sampling."""
+    family = " ".join(task.split()[:2])
+    tiers = stats["decisions"].get(family, {}).get("sampling") == "tiers"
+    return "drop-in, article tiers" if tiers else "drop-in, uniform (off)"
 
 
 def _ci(values: list[float], digits: int = 2, suffix: str = "") -> str:
@@ -276,10 +278,13 @@ def study_figures() -> list[Figure]:
     stats = json.loads((STUDY / "stats.json").read_text())
     speed = json.loads((STUDY / "speed.json").read_text())
     study = json.loads((STUDY / "study.json").read_text())
-    out, default = [], default_variant(stats)
+    out = []
     for task, data in stats["tasks"].items():
+        default = default_variant(stats, task)
         row = data["rows"].get(default, {})
-        pair = data["pairs"].get(f"{default} > stock", {}).get("poi")
+        found = data["pairs"].get(f"{default} > stock", {})
+        decided = not found.get("refused") and min(found.get("runs", (0,))) >= MIN_RUNS
+        pair = found.get("poi") if decided else None  # a figure from fewer runs says little: the report has it
         ratio = row.get("speed", {}).get("vs_stock")
         if ratio:
             out.append(Figure(f"{task}: env steps/s, same learning work", _ci(ratio, suffix="x") + " stock's",
@@ -320,31 +325,20 @@ def figures_table(figures: list[Figure], link_prefix: str) -> str:
 
 
 def learning_section() -> str:
-    """The learning study's summary, decisions and plots, from its stats.json."""
+    """The learning study's decision table, summary and plots, from its stats.json (the report's own tables)."""
+    from rlaccel_plugins.bench.study_report import decision_table, summary_table
+
     stats = json.loads((STUDY / "stats.json").read_text())
     study = json.loads((STUDY / "study.json").read_text())
     lines = ["## Learning study", "",
-             (f"{', '.join(f'`{c}`' for c in study_commands(study))}, then `rlaccel bench --suite speed --study learning-quick`; the full report "
-             f"with every table is [report.md]({REPO}{(STUDY / 'report.md').relative_to(ROOT)})."), "",
-             ("Each run's score is its area under the evaluation curve over a fixed budget, normalised per task "
-             "(0: a random policy, 1: the task's threshold). IQM is the interquartile mean over runs; P(X > Y) "
-             "the probability that a run of X scores higher than a run of Y. Brackets: 95% stratified-bootstrap "
-             "CIs (rliable). An interval containing 0.5 means the runs cannot tell the two apart."), "",
-             "| task | variant | runs | IQM area | P(X > stock) | P(X > uniform) |", "|---|---|---:|---:|---:|---:|"]
-    for task, data in stats["tasks"].items():
-        for variant, row in data["rows"].items():
-            vs_stock = data["pairs"].get(f"{variant} > stock", {}).get("poi")
-            vs_uniform = data["pairs"].get(f"{variant} > drop-in, uniform (off)", {}).get("poi")
-            lines.append(f"| {task} | {variant} | {row['runs']} | {_ci(row['iqm_auc'])} | "
-                         f"{_ci(vs_stock) if vs_stock else '—'} | {_ci(vs_uniform) if vs_uniform else '—'} |")
-    lines += ["", ("What the defaults follow: a preset keeps non-uniform sampling only where P(tiers > uniform) over "
-              "its tasks together has a 95% CI above 0.5."), "",
-              "| preset | tasks | P(tiers > uniform) | keeps tiers |", "|---|---|---:|---|"]
-    for preset, decision in stats["decisions"].items():
-        lines.append(f"| {preset} | {', '.join(decision['tasks'])} | {_ci(decision['poi_vs_uniform'])} | "
-                     f"{'yes' if decision['keep_tiers'] else 'no: uniform'} |")
-    lines += ["", "![IQM sample-efficiency curves](img/learning-quick-iqm_curves.png)", "",
-              "![Probability of improvement](img/learning-quick-probability_of_improvement.png)", ""]
+             (f"{', '.join(f'`{c}`' for c in study_commands(study))}, then `rlaccel bench --suite speed --study "
+              f"learning-quick`; the full report with every table is [report.md]({REPO}"
+              f"{(STUDY / 'report.md').relative_to(ROOT)}). What each table means, and the rule the decisions "
+              "follow: [Learning study](learning.md)."), "",
+             "### What the no-argument default samples, per algorithm family", "", decision_table(stats), "",
+             "### Every task and variant", "", summary_table(stats), "",
+             "![IQM sample-efficiency curves](img/learning-iqm_curves.png)", "",
+             "![Probability of improvement](img/learning-probability_of_improvement.png)", ""]
     return "\n".join(lines)
 
 
@@ -461,7 +455,7 @@ def outputs() -> dict[Path, str | bytes]:
     out: dict[Path, str | bytes] = {INDEX: build_index(), ROOT / "docs" / "results.md": build_results_page(),
                                     ROOT / "README.md": build_readme((ROOT / "README.md").read_text())}
     for plot in ("iqm_curves.png", "probability_of_improvement.png"):
-        out[ROOT / "docs" / "img" / f"learning-quick-{plot}"] = (STUDY / plot).read_bytes()
+        out[ROOT / "docs" / "img" / f"learning-{plot}"] = (STUDY / plot).read_bytes()
     return out
 
 

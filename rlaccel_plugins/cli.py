@@ -135,6 +135,9 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--variant", dest="variants", action="append", default=None,
                        help="learning study: run only this variant (repeat for several), e.g. --variant stock "
                             "--variant 'drop-in, uniform (off)'")
+    bench.add_argument("--ray", default=None, metavar="ADDRESS",
+                       help="learning study: run each run as a Ray task on the cluster at ADDRESS (auto: the one "
+                            "`ray start` runs here; HOST:PORT; local: start one here) instead of --workers processes")
     bench.add_argument("--study", default="learning-quick", help="speed: whose tasks to measure (learning, learning-quick)")
     bench.add_argument("--segments", type=int, default=8, help="speed: timed segments per variant")
     bench.add_argument("--segment-steps", type=int, default=2_000, help="speed: env steps per segment")
@@ -193,7 +196,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         run_study(args.suite, seeds=args.seeds or 10, workers=args.workers, out=args.out, resume=args.resume,
                   first_seed=args.first_seed, only=tasks, steps=args.steps,
-                  variants=args.variants)
+                  variants=args.variants, ray=args.ray)
         write_report(args.out)
         return 0
     if args.suite == "speed":

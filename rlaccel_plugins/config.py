@@ -33,7 +33,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 RATIO_SCHEDULES = ("constant", "anneal")
 # how a batch is drawn: uniform over everything stored (the frameworks' own distribution), the tiers'
 # per-level ratios, ERE (Wang & Ross 2019) or CER (Zhang & Sutton 2017); replay/schemes.py
-SAMPLING_SCHEMES = ("uniform", "tiers", "ere", "cer")
+SAMPLING_SCHEMES = ("auto", "uniform", "tiers", "ere", "cer")
 RATIO_TOLERANCE = 1e-6
 # settings that only the tiers' sampling reads: values that set one of them (and not ``sampling``) set
 # ``sampling: tiers`` too, so ratios a user writes are never silently unused
@@ -109,14 +109,27 @@ class ReplayBufferConfig:
     """Store each stacked 84x84 frame once (`auto`: for stacked-frame observations; true / false to force)."""
     n_step: int | str = AUTO
     """n-step returns where rlaccel builds the agent (`rlaccel train`); `auto`: the recipe's own (RL Zoo: 1, Tianshou's example: 3)."""
-    sampling: str = "tiers"
-    """How a batch is drawn: `uniform` (the frameworks' own distribution), `tiers` (the ratios above), `ere` or `cer`. The levels are kept, and reported, whatever it is."""
+    sampling: str = "auto"
+    """How a batch is drawn: `uniform` (the frameworks' own distribution), `tiers` (the ratios above), `ere` or `cer`; `auto`: `tiers` for the algorithm families the learning study showed them to help (SB3 DQN), `uniform` for the others. The levels are kept, and reported, whatever it is."""
     ere_eta: float = 0.996
     """ERE: the recency exponent's base, annealed to 1 over `anneal_steps`."""
     ere_c_min: int = 5000
     """ERE: the smallest window of newest transitions an update draws from."""
     ere_updates: int = 1000
     """ERE: K, the updates of one sweep from the whole buffer to the newest window."""
+
+    def sampled(self) -> dict[str, Any]:
+        """What a batch is drawn by: the scheme, the levels and (for ``tiers``) the ratios and their schedule.
+
+        Examples:
+            >>> ReplayBufferConfig(levels=1, level_capacity=[100], sampling_ratio=[1.0], sampling="uniform").sampled()
+            {'sampling': 'uniform', 'level_capacity': [100]}
+        """
+        scheme = "uniform" if self.sampling == "tiers" and self.levels == 1 else self.sampling  # one level: uniform
+        out: dict[str, Any] = {"sampling": scheme, "level_capacity": list(self.level_capacity)}
+        if scheme == "tiers":
+            out.update(sampling_ratio=list(self.sampling_ratio), ratio_schedule=self.ratio_schedule)
+        return out
 
     def __post_init__(self) -> None:
         levels = _int("levels", self.levels, minimum=1)

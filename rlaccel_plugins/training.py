@@ -129,6 +129,7 @@ class TrainResult:
     stopped_by_signal: int | None = None             # SIGTERM/SIGINT: checkpointed and stopped early
     checkpoint: str | None = None                    # the newest checkpoint written
     replay_bytes_per_transition: float | None = None  # replay memory / capacity (None: no replay buffer)
+    replay_sampling: dict[str, Any] | None = None     # what batches were drawn by (ReplayBufferConfig.sampled)
 
     def time_to_threshold(self, threshold: float | None) -> tuple[float | None, int | None]:
         """``(train seconds, env steps)`` at the first evaluation reaching ``threshold``; None if never."""
@@ -154,6 +155,7 @@ class Learned:
     stats: dict[str, float] = field(default_factory=dict)
     replay_bytes_per_transition: float | None = None
     checkpoint: str | None = None      # the newest checkpoint written
+    replay_sampling: dict[str, Any] | None = None  # ReplayBufferConfig.sampled; the framework's own buffer: uniform
 
 
 class TrainingRun(Protocol):
@@ -327,7 +329,8 @@ def _result(spec: TrainSpec, training: TrainingRun, clock: EvalClock, learned: L
     result = TrainResult(spec=spec.summary(), curve=clock.curve, env_steps=learned.env_steps,
                          train_seconds=clock.train_seconds(), model_path=None, stats=learned.stats,
                          gradient_steps=learned.gradient_steps, checkpoint=learned.checkpoint,
-                         replay_bytes_per_transition=learned.replay_bytes_per_transition)
+                         replay_bytes_per_transition=learned.replay_bytes_per_transition,
+                         replay_sampling=learned.replay_sampling)
     if spec.stop is not None and spec.stop.received is not None:
         result.stopped_by_signal = spec.stop.received
         return result  # the checkpoint is the state to resume from; the final save is for finished runs

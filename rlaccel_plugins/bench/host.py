@@ -94,14 +94,15 @@ class HostMeter:
         return summary
 
 
-def verdict(host: dict[str, Any]) -> tuple[str, bool]:
-    """A line describing how steady the host was, and whether that is beyond the flagged limits."""
+def verdict(host: dict[str, Any], probes: str = "before each seed and at the end") -> tuple[str, bool]:
+    """A line describing how steady the host was (``probes``: when the raw env rate was probed), and whether
+    that is beyond the flagged limits."""
     rates = host.get("probe_rates") or []
     spread = (max(rates) / min(rates) - 1) if len(rates) > 1 and min(rates) > 0 else None
     steal, others = host.get("steal_share"), host.get("others_cores")
     parts = []
     if rates:
-        parts.append("raw env steps/s before each seed and at the end: "
+        parts.append(f"raw env steps/s {probes}: "
                      + ", ".join(f"{r:,.0f}" for r in rates) + (f" (spread {spread:.0%})" if spread is not None else ""))
     if steal is not None:
         parts.append(f"CPU time stolen by the hypervisor: {steal:.1%}")

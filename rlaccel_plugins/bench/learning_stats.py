@@ -29,13 +29,29 @@ def normalised(returns: Sequence[float] | np.ndarray, random: float, threshold: 
     return (np.asarray(returns, dtype=np.float64) - random) / (threshold - random)
 
 
-def run_scores(curve: Sequence[Mapping[str, Any]], random: float, threshold: float) -> dict[str, float]:
-    """``auc`` (mean normalised evaluation return over the budget), ``final`` (the last evaluation,
-    normalised) and ``steps_to_threshold`` (inf when never reached) of one run's curve."""
+def run_scores(curve: Sequence[Mapping[str, Any]], random: float, threshold: float,
+               budget: float | None = None) -> dict[str, float]:
+    """One run's scores: ``auc`` (mean normalised evaluation return over the budget), ``early`` and ``late``
+    (the same over the evaluations in the first and in the second half of ``budget``; default: the last
+    evaluation's env steps), ``final`` (the last evaluation, normalised) and ``steps_to_threshold`` (inf when
+    never reached). A run with no evaluation, or a non-finite one, scores NaN: it is counted, never compared.
+
+    Examples:
+        >>> curve = [{"env_steps": s, "mean_reward": r} for s, r in [(1, 0.0), (2, 0.5), (3, 1.0), (4, 1.0)]]
+        >>> scores = run_scores(curve, random=0.0, threshold=1.0)
+        >>> scores["early"], scores["late"], scores["auc"], scores["final"]
+        (0.25, 1.0, 0.625, 1.0)
+    """
+    if not curve:
+        return {"auc": math.nan, "early": math.nan, "late": math.nan, "final": math.nan, "steps_to_threshold": math.nan}
+    steps = np.array([p["env_steps"] for p in curve], dtype=np.float64)
     returns = np.array([p["mean_reward"] for p in curve], dtype=np.float64)
     scores = normalised(returns, random, threshold)
-    reached = [p["env_steps"] for p in curve if p["mean_reward"] >= threshold]
-    return {"auc": float(scores.mean()), "final": float(scores[-1]),
+    half = (budget if budget else steps[-1]) / 2
+    early, late = scores[steps <= half], scores[steps > half]
+    reached = [s for s, r in zip(steps, returns) if r >= threshold]
+    return {"auc": float(scores.mean()), "early": float(early.mean()) if early.size else math.nan,
+            "late": float(late.mean()) if late.size else math.nan, "final": float(scores[-1]),
             "steps_to_threshold": float(reached[0]) if reached else math.inf}
 
 
@@ -44,15 +60,23 @@ def _rng(seed: int) -> np.random.RandomState:
 
 
 def _bootstrap(data, func, reps: int, seed: int):
-    """``rliable.library.get_interval_estimates`` with a seeded stream (rliable hands ``random_state`` to
-    ``arch``, which warns that it prefers a Generator: the same draws, so the warning is silenced)."""
+    """``rliable.library.get_interval_estimates`` with a seeded stream, so the same runs give the same report.
+
+    rliable's stratified bootstraps draw their resamples from NumPy's global generator (``np.random.choice``)
+    whatever ``random_state`` says, so the global generator is seeded here and put back afterwards. (rliable
+    also hands ``random_state`` to ``arch``, which warns that it prefers a Generator: silenced.)"""
     import warnings
 
     from rliable import library
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
-        return library.get_interval_estimates(data, func, reps=reps, random_state=_rng(seed))
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
+            return library.get_interval_estimates(data, func, reps=reps, random_state=_rng(seed))
+    finally:
+        np.random.set_state(saved)
 
 
 def iqm(scores: np.ndarray) -> float:

@@ -105,6 +105,35 @@ def machine() -> str:
             f"{platform.platform(terse=True)}")
 
 
+PROVENANCE_PACKAGES = ("rlaccel-plugins", "torch", "numpy", "gymnasium", "stable-baselines3", "sb3-contrib", "tianshou", "mujoco")
+
+
+def provenance() -> dict[str, Any]:
+    """What produced a result: the commit (and whether the tree had uncommitted changes), the package
+    versions that compute it, and the machine."""
+    import subprocess
+    from importlib import metadata
+
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    versions = {}
+    for package in PROVENANCE_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "uncommitted_changes": bool(status) if status is not None else None,
+            "versions": versions, "machine": machine()}
+
+
 def _step_curve(points: list[dict], key: str, grid) -> list[float]:
     """The last evaluation at or before each grid value (NaN before the first)."""
     out, i, last = [], 0, math.nan

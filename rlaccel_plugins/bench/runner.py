@@ -47,6 +47,7 @@ def run_one(task: Task, variant: Variant, seed: int) -> dict[str, Any]:
             "env_steps_per_s": result.env_steps / train,
             "gradient_steps": result.gradient_steps, "gradient_steps_per_s": result.gradient_steps / train,
             "replay_bytes_per_transition": result.replay_bytes_per_transition,
+            "replay_sampling": result.replay_sampling,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "wall_seconds": time.perf_counter() - started,
             "curve": [asdict(p) for p in result.curve], "stats": result.stats}

@@ -35,7 +35,8 @@ class StudyTask:
     """One task of a study: an algorithm on an env, a fixed budget, the variants compared on it.
 
     ``threshold`` is the normalised score's 1 (the random policy's return is its 0), and what
-    env steps to threshold count to.
+    env steps to threshold count to. ``hyperparams`` change the framework's recipe for every variant
+    (a sweep's point); ``label`` then names the task in every table.
     """
 
     env_id: str
@@ -46,10 +47,12 @@ class StudyTask:
     threshold: float
     variants: tuple[Variant, ...]
     requires: str | None = None
+    label: str | None = None
+    hyperparams: tuple[tuple[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
-        return f"{self.framework} {self.algo.upper()} {self.env_id}"
+        return self.label or f"{self.framework} {self.algo.upper()} {self.env_id}"
 
     def missing(self) -> str | None:
         """Why this task cannot run here, or None."""
@@ -60,33 +63,42 @@ class StudyTask:
         return None
 
 
-# what the variants are called in every study table and plot
-STOCK, UNIFORM, TIERS, NO_ARGUMENT = "stock", "drop-in, uniform (off)", "drop-in, tiers (preset)", "drop-in, no argument"
+# What the variants are called in every study table and plot. Each drop-in variant names its sampling
+# explicitly, so a label means what it sampled whatever the defaults become; every run also records the
+# sampling its buffer resolved (``replay_sampling``), and the report refuses a variant whose runs differ.
+STOCK, UNIFORM, TIERS, ARTICLE = "stock", "drop-in, uniform (off)", "drop-in, tiers (preset)", "drop-in, article tiers"
 ERE, CER, ANNEAL = "drop-in + ERE", "drop-in + CER", "drop-in, tiers annealed"
 COMPILED = "drop-in, uniform + compiled updates"  # training.compiled_updates: the learning check of a re-rounding
 BASELINES = {STOCK: STOCK, UNIFORM: UNIFORM}  # what the other variants are compared against
+# Until 2026-12-06 the no-argument default sampled the article's tiers scaled to the buffer for every
+# algorithm, and the study called that variant "drop-in, no argument": its runs are the article-tiers runs.
+LEGACY_NAMES = {"drop-in, no argument": ARTICLE}
 
 
-def study_variants(framework: str, algo: str, preset: str, budget: int) -> tuple[Variant, ...]:
-    """Stock; the drop-in with uniform sampling, with the task family's ``preset`` (tiers), with no
-    argument (the article's default tiers scaled to the buffer); and the candidate schemes."""
-    stock = Variant(STOCK, framework, algo=algo, stock=True, role="yardstick")
+def study_variants(framework: str, algo: str, preset: str, budget: int,
+                   candidates: bool = True) -> tuple[Variant, ...]:
+    """Stock; the drop-in sampling uniformly, by the article's tiers scaled to the buffer (what the
+    no-argument default samples where the evidence keeps it) and, with ``candidates``, by the task
+    family's ``preset`` tiers and the other candidate schemes."""
     variants = [
-        stock,
+        Variant(STOCK, framework, algo=algo, stock=True, role="yardstick"),
         replace(drop_in(framework, "off", algo), name=UNIFORM),
-        replace(drop_in(framework, preset, algo), name=TIERS),
-        replace(drop_in(framework, "default", algo), name=NO_ARGUMENT),
-        replace(drop_in(framework, "off", algo, sampling="ere", anneal_steps=budget), name=ERE),
-        replace(drop_in(framework, "off", algo, sampling="cer"), name=CER),
-        replace(drop_in(framework, preset, algo, ratio_schedule="anneal", anneal_steps=budget), name=ANNEAL),
+        replace(drop_in(framework, "default", algo, sampling="tiers"), name=ARTICLE),
     ]
+    if candidates:
+        variants[2:2] = [replace(drop_in(framework, preset, algo, sampling="tiers"), name=TIERS)]
+        variants += [
+            replace(drop_in(framework, "off", algo, sampling="ere", anneal_steps=budget), name=ERE),
+            replace(drop_in(framework, "off", algo, sampling="cer"), name=CER),
+            replace(drop_in(framework, preset, algo, ratio_schedule="anneal", anneal_steps=budget), name=ANNEAL),
+        ]
     return tuple(variants)
 
 
 def _task(env_id: str, framework: str, algo: str, preset: str, budget: int, eval_freq: int, threshold: float,
-          requires: str | None = None) -> StudyTask:
+          requires: str | None = None, candidates: bool = True) -> StudyTask:
     return StudyTask(env_id, framework, algo, budget, eval_freq, threshold,
-                     study_variants(framework, algo, preset, budget), requires)
+                     study_variants(framework, algo, preset, budget, candidates), requires)
 
 
 def compiled_check(task: StudyTask) -> StudyTask:
@@ -97,27 +109,54 @@ def compiled_check(task: StudyTask) -> StudyTask:
     return replace(task, variants=(uniform, compiled))
 
 
-# Budgets: RL Zoo's for CartPole DQN (50k); Acrobot at half RL Zoo's 100k (its DQN reaches -100 well before;
-# evaluated every 5k: ten 500-step episodes of an untrained policy cost more than the 5k steps of training);
-# SAC at 30k, which the area score needs no threshold for; Tianshou's CartPole example at 40k.
+def replay_volume(task: StudyTask, gradient_steps: int) -> StudyTask:
+    """``task`` (an SB3 task updating in rounds) at ``gradient_steps`` per round, uniform against the article's
+    tiers: one point of the replay-volume sweep (samples per env step = gradient_steps x batch / train_freq)."""
+    variants = tuple(v for v in task.variants if v.name in (UNIFORM, ARTICLE))
+    return replace(task, variants=variants, label=f"{task.key}, gradient_steps={gradient_steps}",
+                   hyperparams=(("gradient_steps", gradient_steps),))
+
+
+# Budgets: RL Zoo's for CartPole DQN and QR-DQN (50k) and Pendulum SAC and TD3 (20k); Acrobot at half RL Zoo's
+# 100k (its DQN reaches -100 well before; evaluated every 5k: ten 500-step episodes of an untrained policy cost
+# more than the 5k steps of training); the MuJoCo SAC tasks at 30k, which the area score needs no threshold for;
+# Tianshou's CartPole example at 40k.
 TASKS = {
     "cartpole-dqn": _task("CartPole-v1", "sb3", "dqn", "classic_control", 50_000, 2_500, 475.0),
     "acrobot-dqn": _task("Acrobot-v1", "sb3", "dqn", "classic_control", 50_000, 5_000, -100.0),
     "cartpole-tianshou": _task("CartPole-v1", "tianshou", "dqn", "classic_control", 40_000, 2_000, 475.0),
-    "pendulum-sac": _task("InvertedPendulum-v5", "sb3", "sac", "mujoco", 30_000, 1_500, 950.0, requires="mujoco"),
+    "cartpole-qrdqn": _task("CartPole-v1", "sb3", "qrdqn", "classic_control", 50_000, 2_500, 475.0, candidates=False),
+    "pendulum-v1-sac": _task("Pendulum-v1", "sb3", "sac", "mujoco", 20_000, 1_000, -200.0, candidates=False),
+    "pendulum-v1-td3": _task("Pendulum-v1", "sb3", "td3", "mujoco", 20_000, 1_000, -200.0, candidates=False),
+    "pendulum-sac": _task("InvertedPendulum-v5", "sb3", "sac", "mujoco", 30_000, 1_500, 950.0, requires="mujoco",
+                          candidates=False),
     "double-pendulum-sac": _task("InvertedDoublePendulum-v5", "sb3", "sac", "mujoco", 30_000, 1_500, 9_100.0,
-                                 requires="mujoco"),
+                                 requires="mujoco", candidates=False),
 }
-STUDY_TASKS = tuple(TASKS)
+# the demo's: stock against the drop-in as a user gets it with no argument (the sampling the default resolves
+# for the task's family, recorded per run)
+NO_ARGUMENT = "drop-in, no argument"
+TASKS["cartpole-dqn-demo"] = replace(TASKS["cartpole-dqn"], variants=(
+    TASKS["cartpole-dqn"].variants[0], replace(drop_in("sb3", "default"), name=NO_ARGUMENT)))
+STUDY_TASKS = ("cartpole-dqn", "acrobot-dqn", "cartpole-tianshou")
+FAMILY_TASKS = ("pendulum-v1-sac", "pendulum-v1-td3", "cartpole-qrdqn", "pendulum-sac", "double-pendulum-sac")
+VOLUME_STEPS = (16, 64, 256)  # RL Zoo's CartPole DQN: 128 gradient steps of 64 per 256 env steps (the study's)
 TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in ("cartpole-dqn", "acrobot-dqn", "pendulum-sac")})
+TASKS.update({f"cartpole-dqn-gs{g}": replay_volume(TASKS["cartpole-dqn"], g) for g in VOLUME_STEPS})
 STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "learning": (("the learning study: SB3 DQN on CartPole and Acrobot, SB3 SAC on InvertedPendulum and "
-                  "InvertedDoublePendulum, Tianshou DQN on CartPole"), STUDY_TASKS),
+    "learning": (("the learning study: SB3 DQN on CartPole and Acrobot, Tianshou DQN on CartPole (every candidate "
+                  "scheme), then SB3 QR-DQN on CartPole, SAC and TD3 on Pendulum, SAC on InvertedPendulum and "
+                  "InvertedDoublePendulum (stock, uniform, the article's tiers)"), STUDY_TASKS + FAMILY_TASKS),
+    "families": (("every algorithm family the no-argument default could touch beyond DQN: SB3 QR-DQN on CartPole, "
+                  "SAC and TD3 on Pendulum, SAC on InvertedPendulum and InvertedDoublePendulum"), FAMILY_TASKS),
+    "replay-volume": (("SB3 DQN on CartPole at 16, 64 and 256 gradient steps per round of 256 env steps (the study's "
+                       "task has 128): uniform against the article's tiers"),
+                      tuple(f"cartpole-dqn-gs{g}" for g in VOLUME_STEPS)),
     "compiled-check": (("the learning check of training.compiled_updates: SB3 DQN on CartPole and Acrobot, SB3 SAC on "
                         "InvertedPendulum, uniform sampling eager and compiled"),
                        ("cartpole-dqn-compiled", "acrobot-dqn-compiled", "pendulum-sac-compiled")),
     "learning-quick": (("the learning study's three cheapest tasks: SB3 DQN on CartPole and Acrobot, Tianshou DQN "
-                        "on CartPole"), ("cartpole-dqn", "acrobot-dqn", "cartpole-tianshou")),
+                        "on CartPole"), STUDY_TASKS),
 }
 
 
@@ -145,9 +184,11 @@ def study_commands(meta: dict[str, Any]) -> list[str]:
 
 
 def write_study_record(out: Path, name: str, records: list[dict[str, Any]], command: str) -> None:
-    """``study.json``: what ``runs.jsonl`` holds (tasks, runs per variant) and every command that added to it.
+    """``study.json``: what ``runs.jsonl`` holds (tasks, runs per variant), every command that added to it and
+    the commits its runs were made at.
 
-    A study grown by several commands (more seeds, a subset of variants) lists them all, in order.
+    A study grown by several commands (more seeds, a subset of variants) lists them all, in order; runs made
+    before runs recorded their provenance (commit, versions, machine) are counted.
     """
     path = out / "study.json"
     earlier = study_commands(json.loads(path.read_text())) if path.exists() else []
@@ -155,9 +196,13 @@ def write_study_record(out: Path, name: str, records: list[dict[str, Any]], comm
     for r in records:
         runs.setdefault(r["task"], {}).setdefault(r["variant"], 0)
         runs[r["task"]][r["variant"]] += 1
+    commits = sorted({r["provenance"]["commit"] for r in records if r.get("provenance", {}).get("commit")})
+    unrecorded = sum("provenance" not in r for r in records)
     path.write_text(json.dumps({
         "study": name, "tasks": list(runs), "runs": runs,
         "commands": [*[c for c in earlier if c != command], command],
+        "commits": commits,  # each run's own, with its package versions and machine, is in its record
+        **({"runs_without_provenance": unrecorded} if unrecorded else {}),
         "updated": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
 
 
@@ -166,8 +211,12 @@ def learning_run(task: StudyTask, variant: Variant, seed: int) -> dict[str, Any]
     from rlaccel_plugins.bench.runner import run_one
     from rlaccel_plugins.bench.suites import Task
 
+    if task.hyperparams:
+        variant = replace(variant, hyperparams={**dict(task.hyperparams), **variant.hyperparams})
     record = run_one(Task(task.env_id, task.budget, task.eval_freq, (variant,), fixed_steps=True), variant, seed)
-    return {**record, "task": task.key, "env_id": task.env_id, "budget": task.budget}
+    config = {"framework": variant.framework, "algo": variant.algo, "stock": variant.stock, "preset": variant.preset,
+              "overrides": variant.overrides, "hyperparams": variant.hyperparams}
+    return {**record, "task": task.key, "env_id": task.env_id, "budget": task.budget, "config": config}
 
 
 def _child(conn, target: Callable, task: StudyTask, variant: Variant, seed: int) -> None:
@@ -194,11 +243,21 @@ class Job:
         return self.task.key, self.variant.name, self.seed
 
 
+def finished(job: Job, status: str, payload: Any, seconds: float) -> dict[str, Any]:
+    """A job's record: ``status: "ok"`` with the run's data, or ``status: "failed"`` with why."""
+    if status == "ok":
+        record = {**(payload or {}), "status": "ok"}
+    else:
+        record = {"task": job.task.key, "variant": job.variant.name, "seed": job.seed, "status": "failed",
+                  "error": payload}
+    record["worker_seconds"] = seconds
+    return record
+
+
 def run_jobs(jobs: list[Job], workers: int, on_record: Callable[[dict[str, Any]], None],
              target: Callable = learning_run) -> None:
     """Run every job in a fresh process, ``workers`` at a time; ``on_record`` gets each run's record as it
-    ends — ``status: "ok"`` with the run's data, or ``status: "failed"`` with why (an exception, or the
-    process dying: only that run is lost)."""
+    ends (:func:`finished`: an exception, or the process dying, fails only that run)."""
     context = process_context()
     pending, running = list(jobs), {}  # type: ignore[var-annotated]
     while pending or running:
@@ -220,27 +279,27 @@ def run_jobs(jobs: list[Job], workers: int, on_record: Callable[[dict[str, Any]]
             process.join()
             del running[receive]
             receive.close()
-            if status == "ok":
-                record = {**(payload or {}), "status": "ok"}
-            else:
-                record = {"task": job.task.key, "variant": job.variant.name, "seed": job.seed, "status": "failed",
-                          "error": payload or f"the worker process died (exit code {process.exitcode})"}
-            record["worker_seconds"] = time.perf_counter() - started
-            on_record(record)
+            on_record(finished(job, status, payload or (None if status == "ok" else
+                                                        f"the worker process died (exit code {process.exitcode})"),
+                               time.perf_counter() - started))
 
 
 # ------------------------------------------------------------------ the record file
 def read_runs(path: str | Path) -> list[dict[str, Any]]:
-    """Every record of a ``runs.jsonl`` (a torn last line, from a kill mid-write, is skipped)."""
+    """Every record of a ``runs.jsonl`` (a torn last line, from a kill mid-write, is skipped); a run from before
+    runs recorded their sampling carries its variant's name of today (:data:`LEGACY_NAMES`)."""
     path = Path(path)
     if not path.exists():
         return []
     records = []
     for line in path.read_text().splitlines():
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if "replay_sampling" not in record and record.get("variant") in LEGACY_NAMES:
+            record = {**record, "variant": LEGACY_NAMES[record["variant"]], "recorded_as": record["variant"]}
+        records.append(record)
     return records
 
 
@@ -258,24 +317,39 @@ class RunLog:
             os.fsync(out.fileno())
 
 
+ATTEMPTS = 2  # a failed run is retried once, then counted as failed (and never re-run by --resume)
+
+
 def plan(tasks: tuple[StudyTask, ...], seeds: int, first_seed: int = 0,
-         done: Iterable[tuple[str, str, int]] = ()) -> list[Job]:
-    """Every (task, variant, seed) not in ``done``, seed-major (all variants of seed 0 first), so an
-    interrupted study has whole seeds to compare."""
-    done = set(done)
+         records: Iterable[dict[str, Any]] = ()) -> list[Job]:
+    """Every (task, variant, seed) still to run given the ``records`` already written, seed-major (all variants
+    of seed 0 first, so an interrupted study has whole seeds to compare): a finished run is never re-run, a
+    failed one only while it has failed fewer than :data:`ATTEMPTS` times."""
+    done, failures = set(), {}  # type: ignore[var-annotated]
+    for r in records:
+        key = (r["task"], r["variant"], r["seed"])
+        if r.get("status") == "ok":
+            done.add(key)
+        else:
+            failures[key] = failures.get(key, 0) + 1
     return [Job(task, variant, seed) for seed in range(first_seed, first_seed + seeds) for task in tasks
-            for variant in task.variants if (task.key, variant.name, seed) not in done]
+            for variant in task.variants
+            if (task.key, variant.name, seed) not in done and failures.get((task.key, variant.name, seed), 0) < ATTEMPTS]
 
 
 def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str | Path = "study-results",
               resume: bool = False, first_seed: int = 0, only: Iterable[str] | None = None,
               variants: Iterable[str] | None = None, steps: int | None = None,
-              target: Callable = learning_run) -> list[dict[str, Any]]:
+              target: Callable = learning_run, ray: str | None = None) -> list[dict[str, Any]]:
     """`rlaccel bench --suite learning[-quick]`: run the study's missing runs (the report is
     :func:`rlaccel_plugins.bench.study_report.write_report`'s).
 
+    ``ray``: run each run as a Ray task on the cluster at this address (``auto``: the one ``ray start`` runs
+    here; ``HOST:PORT``; ``local``: a Ray started for this study) instead of ``workers`` local processes; the
+    records and the resume semantics are the same. A failed run is retried once, then counted as failed.
     Returns every ok record of ``out/runs.jsonl`` (those of earlier sessions included).
     """
+    from rlaccel_plugins.bench.report import provenance
     from rlaccel_plugins.errors import invalid
     from rlaccel_plugins.hardware import cpu_count
 
@@ -305,13 +379,17 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
         raise ConfigError(f"out must not hold an earlier study unless --resume is given, got out={str(out)!r} with "
                           f"{len(read_runs(runs_path))} runs in {RUNS_FILE}. Pass --resume to go on with it, or "
                           "another --out.")
-    done = [(r["task"], r["variant"], r["seed"]) for r in read_runs(runs_path) if r.get("status") == "ok"]
-    jobs = plan(tasks, seeds, first_seed, done)
+    earlier = read_runs(runs_path)
+    jobs = plan(tasks, seeds, first_seed, earlier)
     log = RunLog(runs_path)
-    print(f"{name}: {len(jobs)} runs to do ({len(done)} already in {runs_path}), {workers} workers", flush=True)
-    count = {"n": 0}
+    done = sum(r.get("status") == "ok" for r in earlier)
+    where = f"Ray tasks on {ray}" if ray else f"{workers} workers"
+    print(f"{name}: {len(jobs)} runs to do ({done} already in {runs_path}), {where}", flush=True)
+    count = {"n": 0, "of": len(jobs)}
+    origin = provenance()
 
     def record(result: dict[str, Any]) -> None:
+        result = {**result, "provenance": origin}
         log.append(result)
         count["n"] += 1
         if result["status"] == "ok":
@@ -319,15 +397,27 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
             shown = f"final eval {curve[-1].get('mean_reward', float('nan')):.1f}"
         else:
             shown = f"FAILED: {result['error']}"
-        print(f"[{count['n']}/{len(jobs)}] {result['task']} | {result['variant']} | seed {result['seed']}: "
+        print(f"[{count['n']}/{count['of']}] {result['task']} | {result['variant']} | seed {result['seed']}: "
               f"{shown} ({result['worker_seconds']:.0f} s)", flush=True)
 
-    run_jobs(jobs, workers, record, target)
+    def run(batch: list[Job]) -> None:
+        if ray:
+            from rlaccel_plugins.bench.ray_jobs import run_jobs_on_ray
+
+            run_jobs_on_ray(batch, ray, lambda *ended: record(finished(*ended)), target)
+        else:
+            run_jobs(batch, workers, record, target)
+
+    while jobs:  # every planned run once, then the ones that failed, until each is done or out of attempts
+        run(jobs)
+        jobs = plan(tasks, seeds, first_seed, read_runs(runs_path))
+        count["of"] += len(jobs)
     records = [r for r in read_runs(runs_path) if r.get("status") == "ok"]
     command = (f"rlaccel bench --suite {name} --seeds {seeds} --workers {workers} --out {out}"
                + (f" --first-seed {first_seed}" if first_seed else "")
                + (f" --tasks {','.join(only)}" if only is not None else "")
                + "".join(f" --variant {shlex.quote(v)}" for v in variants or ())
-               + (f" --steps {steps}" if steps else "") + (" --resume" if resume else ""))
+               + (f" --steps {steps}" if steps else "") + (f" --ray {ray}" if ray else "")
+               + (" --resume" if resume else ""))
     write_study_record(out, name, records, command)
     return records

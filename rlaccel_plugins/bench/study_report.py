@@ -17,9 +17,11 @@ import numpy as np
 from rlaccel_plugins.bench import learning_stats as ls
 from rlaccel_plugins.bench.study import (
     ANNEAL,
+    ARTICLE,
     CER,
     COMPILED,
     ERE,
+    LEGACY_NAMES,
     NO_ARGUMENT,
     RUNS_FILE,
     STOCK,
@@ -29,12 +31,15 @@ from rlaccel_plugins.bench.study import (
     read_runs,
     study_commands,
 )
+from rlaccel_plugins.errors import ConfigError
 
 RANDOM_FILE = "random_returns.json"
 MIN_RUNS = 5  # below this a bootstrap CI's width says little about how many runs a decision needs
+SCREEN_SEEDS = 10  # a decision screens on seeds 0-9 and is confirmed on the seeds after them, fresh ones
 # the comparisons that matter: every drop-in against stock; every non-uniform scheme against uniform
-PAIRS = [(v, STOCK) for v in (UNIFORM, TIERS, NO_ARGUMENT, ERE, CER, ANNEAL)] + \
-        [(v, UNIFORM) for v in (TIERS, NO_ARGUMENT, ERE, CER, ANNEAL, COMPILED)]
+PAIRS = [(v, STOCK) for v in (UNIFORM, TIERS, ARTICLE, NO_ARGUMENT, ERE, CER, ANNEAL)] + \
+        [(v, UNIFORM) for v in (TIERS, ARTICLE, NO_ARGUMENT, ERE, CER, ANNEAL, COMPILED)]
+MEASURES = ("auc", "early", "late", "final")  # P(X > Y) on each: the area, its two halves, the last evaluation
 
 
 def random_return(env_id: str, episodes: int = 100, seed: int = 0) -> float:
@@ -55,106 +60,218 @@ def random_return(env_id: str, episodes: int = 100, seed: int = 0) -> float:
     return total / episodes
 
 
+def random_key(env_id: str) -> str:
+    """The cache key of ``env_id``'s random return: the env and the gymnasium version that defines it."""
+    from importlib.metadata import version
+
+    return f"{env_id} (gymnasium {version('gymnasium')})"
+
+
 def _random_returns(out: Path, env_ids: set[str]) -> dict[str, float]:
+    """``{env_id: random return}``, cached in ``out/random_returns.json`` by env id and gymnasium version."""
     path = out / RANDOM_FILE
     known = json.loads(path.read_text()) if path.exists() else {}
-    for env_id in sorted(env_ids - known.keys()):
-        known[env_id] = random_return(env_id)
-    path.write_text(json.dumps(known, indent=2))
-    return known
+    for env_id in sorted(env_ids):
+        if random_key(env_id) not in known:
+            known[random_key(env_id)] = random_return(env_id)
+    path.write_text(json.dumps(known, indent=2, sort_keys=True))
+    return {env_id: known[random_key(env_id)] for env_id in env_ids}
 
 
 def _task_of(key: str):
     return next((t for t in TASKS.values() if t.key == key), None)
 
 
+def _sampled(runs: list[dict[str, Any]]) -> str:
+    """What a variant's runs sampled, as one line; ``mixed: ...`` when they differ (the report then refuses to
+    compare it)."""
+    seen = []
+    for record in runs:
+        shown = _describe(record.get("replay_sampling"))
+        if shown not in seen:
+            seen.append(shown)
+    return seen[0] if len(seen) == 1 else "mixed: " + " / ".join(seen)
+
+
+def _describe(sampling: dict[str, Any] | None) -> str:
+    if not sampling:
+        return "not recorded"
+    if sampling["sampling"] != "tiers":
+        return sampling["sampling"]
+    ratios = "/".join(f"{r:g}" for r in sampling["sampling_ratio"])
+    shares = "/".join(f"{c / sum(sampling['level_capacity']):.1%}" for c in sampling["level_capacity"])
+    return f"tiers {ratios} of {shares}" + ("" if sampling.get("ratio_schedule", "constant") == "constant"
+                                             else f", {sampling['ratio_schedule']}")
+
+
+def _failed_seeds(records: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """Per (task, variant): the seeds that failed and never finished (a failed run retried to success is not lost)."""
+    ok = {(r["task"], r["variant"], r["seed"]) for r in records if r.get("status") == "ok"}
+    lost = {(r["task"], r["variant"], r["seed"]) for r in records if r.get("status") == "failed"} - ok
+    counts: dict[tuple[str, str], int] = {}
+    for task, variant, _ in lost:
+        counts[task, variant] = counts.get((task, variant), 0) + 1
+    return counts
+
+
+def _compare(x: list[dict[str, float]], y: list[dict[str, float]], reps: int) -> dict[str, tuple[float, float, float]]:
+    return {m: ls.probability_of_improvement(np.array([s[m] for s in x]), np.array([s[m] for s in y]), reps)
+            for m in MEASURES}
+
+
 def analyse(records: list[dict[str, Any]], randoms: dict[str, float], speed: dict[str, Any] | None = None,
             reps: int = ls.REPS) -> dict[str, Any]:
-    """Scores, IQMs, probabilities of improvement and decisions from the study's ok records."""
+    """Scores, IQMs, probabilities of improvement (on the area, its halves and the final evaluation) and the
+    per-family decisions from a study's records (``status`` ok or failed: failed runs and runs with a
+    non-finite score are counted and shown, never compared; a comparison involving them is refused)."""
+    failed = _failed_seeds(records)
     by_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for record in records:
-        by_task.setdefault(record["task"], {}).setdefault(record["variant"], []).append(record)
+        if record.get("status", "ok") == "ok":
+            by_task.setdefault(record["task"], {}).setdefault(record["variant"], []).append(record)
+    for (key, variant) in failed:
+        by_task.setdefault(key, {}).setdefault(variant, [])
     tasks_out: dict[str, Any] = {}
-    auc_of: dict[str, dict[str, dict[int, float]]] = {}
+    scores_of: dict[str, dict[str, dict[int, dict[str, float]]]] = {}
     for key, variants in by_task.items():
         task = _task_of(key)
         order = [v.name for v in task.variants] if task else []
         variants = dict(sorted(variants.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
-        env_id = next(iter(variants.values()))[0].get("env_id") or (task.env_id if task else key.split()[-1])
-        threshold = task.threshold if task else next(iter(variants.values()))[0]["threshold"]
+        some = next((r for runs in variants.values() for r in runs), None)
+        if some is None:  # every run of this task failed
+            tasks_out[key] = {"rows": {v: {"runs": 0, "failed": failed.get((key, v), 0)} for v in variants},
+                              "pairs": {}}
+            continue
+        env_id = some.get("env_id") or (task.env_id if task else key.split()[-1])
+        threshold = task.threshold if task else some["threshold"]
         random = randoms[env_id]
-        scores = {v: [ls.run_scores(r["curve"], random, threshold) for r in sorted(runs, key=lambda r: r["seed"])]
-                  for v, runs in variants.items()}
-        auc_of[key] = {v: {r["seed"]: s["auc"] for r, s in zip(sorted(runs, key=lambda r: r["seed"]), scores[v])}
-                       for v, runs in variants.items()}
-        auc = {v: np.array([s["auc"] for s in ss]) for v, ss in scores.items()}
-        final = {v: np.array([s["final"] for s in ss]) for v, ss in scores.items()}
-        iqm_auc, iqm_final = ls.iqm_with_ci(auc, reps), ls.iqm_with_ci(final, reps)
-        rows = {}
-        for v, ss in scores.items():
-            steps = np.array([s["steps_to_threshold"] for s in ss])
-            rows[v] = {"runs": len(ss), "iqm_auc": iqm_auc[v], "iqm_final": iqm_final[v],
-                       "reached": int(np.isfinite(steps).sum()),
-                       "steps_to_threshold": ls.steps_to_threshold_ci(steps, reps)}
+        if not threshold > random:
+            raise ConfigError(f"threshold must lie above the random policy's return on {env_id} ({random:g}): the "
+                              f"normalised score divides by their difference, got threshold={threshold:g} for task "
+                              f"{key!r}. Set a threshold a trained agent reaches and a random one does not.")
+        budget = max(r.get("budget", r.get("cap", 0)) for rs in variants.values() for r in rs)
+        scores_of[key] = {v: {r["seed"]: ls.run_scores(r["curve"], random, threshold, budget) for r in runs}
+                          for v, runs in variants.items()}
+        rows, valid = {}, {}
+        for v, runs in variants.items():
+            by_seed = scores_of[key][v]
+            valid[v] = [by_seed[s] for s in sorted(by_seed) if math.isfinite(by_seed[s]["auc"])]
+            steps = np.array([s["steps_to_threshold"] for s in valid[v]])
+            rows[v] = {"runs": len(runs), "failed": failed.get((key, v), 0), "invalid": len(runs) - len(valid[v]),
+                       "sampled": _sampled(runs), "reached": int(np.isfinite(steps).sum())}
+            if valid[v]:
+                rows[v].update(
+                    iqm_auc=ls.iqm_with_ci({v: np.array([s["auc"] for s in valid[v]])}, reps)[v],
+                    iqm_final=ls.iqm_with_ci({v: np.array([s["final"] for s in valid[v]])}, reps)[v],
+                    steps_to_threshold=ls.steps_to_threshold_ci(steps, reps))
         pairs = {}
         for x, y in PAIRS:
-            if x in auc and y in auc:
-                point, low, high = ls.probability_of_improvement(auc[x], auc[y], reps)
-                pairs[f"{x} > {y}"] = {"poi": (point, low, high), "runs": (len(auc[x]), len(auc[y])),
-                                        "seeds_needed": ls.seeds_for_decision(min(len(auc[x]), len(auc[y])),
-                                                                              low, high, point)}
+            if x not in rows or y not in rows:
+                continue
+            entry: dict[str, Any] = {"runs": (rows[x]["runs"], rows[y]["runs"])}
+            refused = _refusal(rows, (x, y))
+            if refused:
+                entry["refused"] = refused
+            if valid[x] and valid[y]:
+                entry.update(poi_by=_compare(valid[x], valid[y], reps))
+                point, low, high = entry["poi"] = entry["poi_by"]["auc"]
+                entry["seeds_needed"] = ls.seeds_for_decision(min(len(valid[x]), len(valid[y])), low, high, point)
+            pairs[f"{x} > {y}"] = entry
         tasks_out[key] = {"env_id": env_id, "threshold": threshold, "random": random, "rows": rows, "pairs": pairs,
-                          "budget": max(r.get("budget", r.get("cap", 0)) for rs in variants.values() for r in rs)}
+                          "budget": budget}
         if speed and key in speed:
             _derive_time(tasks_out[key], speed[key])
-    return {"tasks": tasks_out, "aggregate": _aggregate(auc_of, reps), "decisions": _decisions(auc_of, reps)}
+    return {"tasks": tasks_out, "aggregate": _aggregate(scores_of, tasks_out, reps),
+            "decisions": _decisions(scores_of, tasks_out, reps)}
 
 
-def _common_matrix(auc_of: dict[str, dict[str, dict[int, float]]], keys: list[str], variant: str,
-                   seeds: list[int]) -> np.ndarray:
-    return np.array([[auc_of[k][variant][s] for k in keys] for s in seeds])
+def _refusal(rows: dict[str, dict[str, Any]], variants) -> str | None:
+    """Why the runs of ``variants`` cannot decide anything, or None: failed runs, non-finite scores, or runs of one
+    variant that sampled differently."""
+    reasons = []
+    for v in variants:
+        row = rows[v]
+        if row.get("failed"):
+            reasons.append(f"{row['failed']} failed run(s) of {v}")
+        if row.get("invalid"):
+            reasons.append(f"{row['invalid']} run(s) of {v} with no finite score")
+        if row.get("sampled", "").startswith("mixed"):
+            reasons.append(f"the runs of {v} sampled differently ({row['sampled']})")
+    return "; ".join(reasons) or None
 
 
-def _shared_seeds(auc_of, keys: list[str], variants: list[str]) -> list[int]:
+def _family_tasks(tasks_out: dict[str, Any]) -> dict[str, list[str]]:
+    """The study tasks of each algorithm family (framework and algorithm), sweep points left out."""
+    families: dict[str, list[str]] = {}
+    for key in sorted(tasks_out):
+        task = _task_of(key)
+        if task is None or task.hyperparams or ARTICLE not in tasks_out[key]["rows"] \
+                or UNIFORM not in tasks_out[key]["rows"]:
+            continue
+        families.setdefault(f"{task.framework} {task.algo.upper()}", []).append(key)
+    return families
+
+
+def _pooled(scores_of, keys: list[str], x: str, y: str, seeds: list[int], reps: int):
+    """P(x > y) per measure over ``keys`` together (tasks as strata) on ``seeds``."""
+    def matrix(variant: str, measure: str) -> np.ndarray:
+        return np.array([[scores_of[k][variant][s][measure] for k in keys] for s in seeds])
+
+    return {m: ls.probability_of_improvement(matrix(x, m), matrix(y, m), reps) for m in MEASURES}
+
+
+def _shared_seeds(scores_of, keys: list[str], variants: list[str]) -> list[int]:
     """The seeds every listed variant ran on every listed task (stratified bootstrap needs a matrix)."""
-    sets = [set(auc_of[k].get(v, {})) for k in keys for v in variants]
+    sets = [set(scores_of[k].get(v, {})) for k in keys for v in variants]
     return sorted(set.intersection(*sets)) if sets else []
 
 
-def _aggregate(auc_of, reps: int) -> dict[str, Any]:
-    """Across tasks: IQM of the area score and P(X > Y) for each pair, over the seeds all tasks share."""
-    keys = sorted(auc_of)
-    variants = sorted({v for k in keys for v in auc_of[k]})
-    every = [v for v in variants if all(v in auc_of[k] for k in keys)]
-    seeds = _shared_seeds(auc_of, keys, every)
-    if len(keys) < 2 or len(seeds) < 3:
+def _aggregate(scores_of, tasks_out, reps: int) -> dict[str, Any]:
+    """Across the family tasks: IQM of the area score and P(X > Y) for each pair, over the seeds all share."""
+    keys = sorted(k for ks in _family_tasks(tasks_out).values() for k in ks)
+    if len(keys) < 2:
         return {}
-    matrices = {v: _common_matrix(auc_of, keys, v, seeds) for v in every}
-    pairs = {f"{x} > {y}": ls.probability_of_improvement(matrices[x], matrices[y], reps)
-             for x, y in PAIRS if x in matrices and y in matrices}
-    return {"tasks": keys, "seeds": len(seeds), "iqm_auc": ls.iqm_with_ci(matrices, reps), "pairs": pairs}
+    every = [v for v in (STOCK, UNIFORM, ARTICLE) if all(v in scores_of[k] for k in keys)]
+    seeds = _shared_seeds(scores_of, keys, every)
+    if len(seeds) < 3 or any(_refusal(tasks_out[k]["rows"], every) for k in keys):
+        return {}
+    areas = {v: np.array([[scores_of[k][v][s]["auc"] for k in keys] for s in seeds]) for v in every}
+    pairs = {f"{x} > {y}": _pooled(scores_of, keys, x, y, seeds, reps) for x, y in PAIRS if x in every and y in every}
+    return {"tasks": keys, "seeds": len(seeds), "iqm_auc": ls.iqm_with_ci(areas, reps), "pairs": pairs}
 
 
-def _decisions(auc_of, reps: int) -> dict[str, Any]:
-    """For each preset family (the tasks whose tiers come from one preset) and for the no-argument default:
-    keep non-uniform sampling only where P(it > uniform) over those tasks together has a CI above 0.5."""
-    families: dict[str, list[str]] = {}
-    for key in auc_of:
-        task = _task_of(key)
-        tiers = next((v for v in task.variants if v.name == TIERS), None) if task else None
-        if tiers is not None:
-            families.setdefault(tiers.preset, []).append(key)
+def _decisions(scores_of, tasks_out, reps: int) -> dict[str, Any]:
+    """Per algorithm family: sample by the article's tiers only where P(tiers > uniform) over the family's tasks
+    together is above 0.5 on the screening seeds (0-9) and then confirmed on fresh seeds (10 on) with a 95% CI
+    lower bound above 0.5; else uniformly. Failed or non-finite runs refuse a decision (it stays uniform)."""
     out = {}
-    for name, keys, variant in [*((p, ks, TIERS) for p, ks in sorted(families.items())),
-                                ("no argument (default)", sorted(auc_of), NO_ARGUMENT)]:
-        keys = [k for k in keys if variant in auc_of[k] and UNIFORM in auc_of[k]]
-        seeds = _shared_seeds(auc_of, keys, [variant, UNIFORM])
-        if not keys or len(seeds) < 3:
+    for family, keys in _family_tasks(tasks_out).items():
+        pair = [ARTICLE, UNIFORM]
+        seeds = _shared_seeds(scores_of, keys, pair)
+        if len(seeds) < 3:
             continue
-        point, low, high = ls.probability_of_improvement(_common_matrix(auc_of, keys, variant, seeds),
-                                                         _common_matrix(auc_of, keys, UNIFORM, seeds), reps)
-        out[name] = {"tasks": keys, "seeds": len(seeds), "poi_vs_uniform": (point, low, high),
-                     "keep_tiers": low > 0.5}
+        screen = [s for s in seeds if s < SCREEN_SEEDS]
+        confirm = [s for s in seeds if s >= SCREEN_SEEDS]
+        entry: dict[str, Any] = {"tasks": keys, "seeds": len(seeds), "screen_seeds": len(screen),
+                                 "confirm_seeds": len(confirm), "all": _pooled(scores_of, keys, *pair, seeds, reps)}
+        if screen:
+            entry["screen"] = _pooled(scores_of, keys, *pair, screen, reps)["auc"]
+        if len(confirm) >= 3:
+            entry["confirm"] = _pooled(scores_of, keys, *pair, confirm, reps)["auc"]
+        refused = next(filter(None, (_refusal(tasks_out[k]["rows"], pair) for k in keys)), None)
+        if refused:
+            entry.update(sampling="uniform", why=f"refused: {refused}")
+        elif len(screen) < SCREEN_SEEDS:
+            entry.update(sampling="uniform", why=f"screen incomplete: {len(screen)} of its {SCREEN_SEEDS} seeds")
+        elif entry["screen"][0] <= 0.5:
+            entry.update(sampling="uniform", why="the screen shows no gain")
+        elif "confirm" not in entry:
+            entry.update(sampling="uniform", why="screened, not confirmed yet: needs fresh seeds")
+        elif entry["confirm"][1] > 0.5:
+            entry.update(sampling="tiers", why="screened and confirmed on fresh seeds")
+        else:
+            entry.update(sampling="uniform", why="not confirmed on fresh seeds")
+        out[family] = entry
     return out
 
 
@@ -174,30 +291,44 @@ def _derive_time(task: dict[str, Any], speed: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------ writing
-def _ci(value: tuple[float, float, float], digits: int = 2) -> str:
+def _ci(value: tuple[float, float, float] | None, digits: int = 2) -> str:
+    if value is None:
+        return "—"
     point, low, high = value
     return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def _steps(value: tuple[float, float, float]) -> str:
+def _steps(value: tuple[float, float, float] | None) -> str:
     def show(x: float) -> str:
         return f"{x / 1000:.1f}k" if math.isfinite(x) else "not reached"
 
-    return f"{show(value[0])} [{show(value[1])}, {show(value[2])}]"
+    return "—" if value is None else f"{show(value[0])} [{show(value[1])}, {show(value[2])}]"
 
 
 EXPLAINED = (
     "Scores are normalised per task (0 = a random policy's mean return, 1 = the task's threshold). "
     "*Area* is the mean normalised evaluation return over the budget (10 deterministic episodes per "
-    "evaluation, evenly spaced); *final* is the last evaluation. IQM = interquartile mean over runs, "
-    "with a 95% stratified-bootstrap CI (rliable). P(X > Y) is the probability that a run of X has a "
-    "higher area score than a run of Y, with its 95% CI: an interval containing 0.5 means the runs "
-    "cannot tell the two apart. The drop-in variants learn through the drop-in itself (fused updates, "
-    "lean collection: the framework's computation, bit for bit), stock through the framework's own code.")
+    "evaluation, evenly spaced); *first half* and *second half* are the same over the evaluations in each "
+    "half of the budget (an area can hide a crossing: worse early, better late); *final* is the last "
+    "evaluation. IQM = interquartile mean over runs, with a 95% stratified-bootstrap CI (rliable, seeded: "
+    "the same runs give the same report). P(X > Y) is the probability that a run of X scores higher than a "
+    "run of Y, with its 95% CI: an interval containing 0.5 means the runs cannot tell the two apart. Failed "
+    "runs and runs without a finite score are counted, and refuse any comparison they are part of. The "
+    "drop-in variants learn through the drop-in itself (fused updates, lean collection: the framework's "
+    "computation, bit for bit), stock through the framework's own code; each run records the sampling its "
+    "buffer resolved (*sampled*: the tiers' ratios, then each level's share of the capacity).")
 
 
 def _count(n: float) -> str:
     return "—" if not math.isfinite(n) else f"{n:,.0f}"
+
+
+def _poi(pair: dict[str, Any] | None, measure: str = "auc") -> str:
+    if pair is None:
+        return "—"
+    if pair.get("refused"):
+        return "refused"
+    return _ci(pair["poi_by"][measure]) if "poi_by" in pair else "—"
 
 
 def summary_table(stats: dict[str, Any]) -> str:
@@ -207,11 +338,25 @@ def summary_table(stats: dict[str, Any]) -> str:
              "|---|---|---:|---:|---:|---:|---:|"]
     for key, task in stats["tasks"].items():
         for variant, row in task["rows"].items():
-            poi = {baseline: _ci(task["pairs"][f"{variant} > {baseline}"]["poi"])
-                   if f"{variant} > {baseline}" in task["pairs"] else "—" for baseline in (STOCK, UNIFORM)}
+            poi = {b: _poi(task["pairs"].get(f"{variant} > {b}")) for b in (STOCK, UNIFORM)}
             speed = row.get("speed", {}).get("vs_stock")
-            lines.append(f"| {key} | {variant} | {row['runs']} | {_ci(row['iqm_auc'])} | {poi[STOCK]} | {poi[UNIFORM]} | "
+            lines.append(f"| {key} | {variant} | {row['runs']} | {_ci(row.get('iqm_auc'))} | {poi[STOCK]} | "
+                         f"{poi[UNIFORM]} | "
                          + (f"{_ci(speed)}x |" if speed else "1 |" if variant == STOCK and "speed" in row else "— |"))
+    return "\n".join(lines)
+
+
+def decision_table(stats: dict[str, Any]) -> str:
+    """One row per algorithm family: its tasks, seeds, P(article tiers > uniform) on every measure, the screen
+    and the confirmation, and what the no-argument default samples for it (the docs' table)."""
+    lines = ["| family | tasks | seeds (screen + fresh) | P area, all seeds | first half | second half | final | "
+             "screen (seeds 0-9) | confirmation (fresh seeds) | default samples |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for family, d in stats.get("decisions", {}).items():
+        tasks = ", ".join(k.split(" ", 2)[-1] for k in d["tasks"])
+        lines.append(f"| {family} | {tasks} | {d['screen_seeds']} + {d['confirm_seeds']} | {_ci(d['all']['auc'])} | "
+                     f"{_ci(d['all']['early'])} | {_ci(d['all']['late'])} | {_ci(d['all']['final'])} | "
+                     f"{_ci(d.get('screen'))} | {_ci(d.get('confirm'))} | **{d['sampling']}**: {d['why']} |")
     return "\n".join(lines)
 
 
@@ -221,17 +366,27 @@ def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
               f"{meta.get('updated', '')}; machine: {meta.get('machine', '')}."),
              "",
              EXPLAINED, "", "## Summary", "", summary_table(stats), ""]
+    if stats.get("decisions"):
+        lines += ["## What the no-argument default samples, per algorithm family", "",
+                  ("P(article tiers > uniform) over each family's tasks together. A family samples by the article's "
+                   "tiers only where the screen (seeds 0-9) favours them and fresh seeds (10 on) confirm it with a 95% "
+                   "CI lower bound above 0.5; every other family samples uniformly."), "", decision_table(stats), ""]
     for key, task in stats["tasks"].items():
+        if "budget" not in task:
+            lines += [f"## {key}", "", "Every run of this task failed: " + ", ".join(
+                f"{v} ({row['failed']})" for v, row in task["rows"].items()) + ".", ""]
+            continue
         timed = any("speed" in r for r in task["rows"].values())
         lines += [f"## {key}", "",
                   (f"Budget {task['budget']:,} env steps; threshold {task['threshold']:g}; random policy "
                    f"{task['random']:.1f}."), "",
-                  ("| variant | runs | IQM area | IQM final | reached | env steps to threshold (median) |"
-                   + (" speed vs stock | derived time vs stock |" if timed else "")),
-                  "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if timed else "")]
+                  ("| variant | sampled | runs | failed / no score | IQM area | IQM final | reached | env steps to "
+                   "threshold (median) |" + (" speed vs stock | derived time vs stock |" if timed else "")),
+                  "|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if timed else "")]
         for variant, row in task["rows"].items():
-            line = (f"| {variant} | {row['runs']} | {_ci(row['iqm_auc'])} | {_ci(row['iqm_final'])} | "
-                    f"{row['reached']}/{row['runs']} | {_steps(row['steps_to_threshold'])} |")
+            line = (f"| {variant} | {row['sampled']} | {row['runs']} | {row['failed']} / {row['invalid']} | "
+                    f"{_ci(row.get('iqm_auc'))} | {_ci(row.get('iqm_final'))} | {row['reached']}/{row['runs']} | "
+                    f"{_steps(row.get('steps_to_threshold'))} |")
             if "speed" in row:
                 ratio = row["speed"].get("vs_stock")
                 line += (f" {_ci(ratio)}x |" if ratio else " — |") + (
@@ -239,31 +394,26 @@ def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
             elif timed:
                 line += " — | — |"
             lines.append(line)
-        lines += ["", ("| P(X > Y), area score | runs | 95% CI width | runs per variant to decide: observed effect / "
-                       "P = 0.6 |"), "|---|---:|---:|---:|"]
+        lines += ["", ("| P(X > Y) | runs | area | first half | second half | final | area: runs per variant to "
+                       "decide, observed effect / P = 0.6 |"), "|---|---:|---:|---:|---:|---:|---:|"]
         for pair, value in task["pairs"].items():
-            _, low, high = value["poi"]
-            need = value["seeds_needed"]
-            needed = f"{_count(need['observed'])} / {_count(need['effect'])}" if min(value["runs"]) >= MIN_RUNS \
-                else "too few runs to say"
-            lines.append(f"| {pair}: {_ci(value['poi'])} | {value['runs'][0]} | {high - low:.2f} | {needed} |")
+            if value.get("refused"):
+                lines.append(f"| {pair} | {value['runs'][0]} | refused: {value['refused']} | | | | |")
+                continue
+            need = value.get("seeds_needed")
+            needed = f"{_count(need['observed'])} / {_count(need['effect'])}" \
+                if need and min(value["runs"]) >= MIN_RUNS else "too few runs to say"
+            lines.append(f"| {pair} | {value['runs'][0]} | {_poi(value)} | {_poi(value, 'early')} | "
+                         f"{_poi(value, 'late')} | {_poi(value, 'final')} | {needed} |")
         lines.append("")
     aggregate = stats.get("aggregate") or {}
     if aggregate:
-        lines += [f"## All tasks together ({aggregate['seeds']} seeds each: {', '.join(aggregate['tasks'])})", "",
-                  "| variant | IQM area |", "|---|---:|"]
+        lines += [f"## The family tasks together ({aggregate['seeds']} seeds each: {', '.join(aggregate['tasks'])})",
+                  "", "| variant | IQM area |", "|---|---:|"]
         lines += [f"| {v} | {_ci(value)} |" for v, value in aggregate["iqm_auc"].items()]
-        lines += ["", "| P(X > Y), area score |", "|---|"]
-        lines += [f"| {pair}: {_ci(value)} |" for pair, value in aggregate["pairs"].items()]
-        lines.append("")
-    if stats.get("decisions"):
-        lines += ["## What the defaults follow", "",
-                  ("A preset keeps non-uniform sampling only where P(tiers > uniform) over its tasks together has a "
-                   "95% CI lower bound above 0.5."), "",
-                  "| preset | tasks | seeds | P(tiers > uniform) | keeps tiers? |", "|---|---|---:|---:|---|"]
-        for name, d in stats["decisions"].items():
-            lines.append(f"| {name} | {', '.join(d['tasks'])} | {d['seeds']} | {_ci(d['poi_vs_uniform'])} | "
-                         f"{'yes' if d['keep_tiers'] else 'no: uniform'} |")
+        lines += ["", "| P(X > Y) | area | first half | second half | final |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {pair} | {_ci(v['auc'])} | {_ci(v['early'])} | {_ci(v['late'])} | {_ci(v['final'])} |"
+                  for pair, v in aggregate["pairs"].items()]
         lines.append("")
     return "\n".join(lines)
 
@@ -278,38 +428,44 @@ def plot(records: list[dict[str, Any]], stats: dict[str, Any], out: Path) -> lis
     import matplotlib.pyplot as plt
 
     written = []
-    keys = list(stats["tasks"])
+    keys = [k for k, t in stats["tasks"].items() if "budget" in t]
     fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.2), squeeze=False)
     for ax, key in zip(axes[0], keys):
         task = stats["tasks"][key]
         curves: dict[str, list] = {}
         steps: list[int] = []
         for record in records:
-            if record["task"] != key:
+            if record["task"] != key or record.get("status", "ok") != "ok" or not record["curve"]:
                 continue
             points = record["curve"]
             steps = [p["env_steps"] for p in points] if len(points) > len(steps) else steps
-            curves.setdefault(record["variant"], []).append(
-                ls.normalised([p["mean_reward"] for p in points], task["random"], task["threshold"]))
+            curve = ls.normalised([p["mean_reward"] for p in points], task["random"], task["threshold"])
+            if np.isfinite(curve).all():
+                curves.setdefault(record["variant"], []).append(curve)
+        if not curves:
+            continue
         length = min(len(c) for cs in curves.values() for c in cs)
         matrices = {v: np.array([c[:length] for c in cs]) for v, cs in curves.items()}
         points, intervals = ls.iqm_curves(matrices)
         x = np.array(steps[:length]) / 1000
         for variant in matrices:
-            ax.plot(x, points[variant], label=variant)
+            ax.plot(x, points[variant], label=f"{variant} ({len(matrices[variant])} runs)")
             ax.fill_between(x, intervals[variant][0], intervals[variant][1], alpha=0.2)
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-        ax.set_title(f"{key} ({len(next(iter(matrices.values())))}+ runs each)", fontsize=10)
+        counts = sorted({len(m) for m in matrices.values()})
+        runs = f"{counts[0]} runs each" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} runs"
+        ax.set_title(f"{key} ({runs}; bands: 95% CIs)", fontsize=9)
         ax.set_xlabel("env steps (thousands)")
         ax.set_ylabel("IQM normalised return (1 = threshold)")
-    axes[0][0].legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path = out / "iqm_curves.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     written.append(path)
 
-    pairs = [(key, pair, value["poi"]) for key, task in stats["tasks"].items() for pair, value in task["pairs"].items()]
+    pairs = [(key, pair, value["poi"]) for key, task in stats["tasks"].items() for pair, value in task["pairs"].items()
+             if "poi" in value and not value.get("refused")]
     if pairs:
         fig, ax = plt.subplots(figsize=(8, 0.28 * len(pairs) + 1.2))
         for i, (key, pair, (point, low, high)) in enumerate(pairs):
@@ -321,31 +477,38 @@ def plot(records: list[dict[str, Any]], stats: dict[str, Any], out: Path) -> lis
         ax.set_xlim(0, 1)
         ax.set_xlabel("P(X > Y), area score, with 95% CI (green: X better, red: X worse, grey: undecided)")
         ax.invert_yaxis()
-        fig.tight_layout()
         path = out / "probability_of_improvement.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # the long pair labels stay inside the image
         plt.close(fig)
         written.append(path)
     return written
 
 
 def write_report(out: str | Path, reps: int = ls.REPS) -> dict[str, Any]:
-    """Read ``out/runs.jsonl`` (and ``speed.json``), write ``stats.json``, ``report.md`` and the plots."""
+    """Read ``out/runs.jsonl`` (and ``speed.json``), write ``stats.json``, ``report.md`` and the plots.
+
+    The same runs give the same files, byte for byte (the bootstrap is seeded; nothing is dated but
+    ``study.json``'s own ``updated``)."""
     from rlaccel_plugins.bench.report import machine
 
     out = Path(out)
-    records = [r for r in read_runs(out / RUNS_FILE) if r.get("status") == "ok"]
+    records = read_runs(out / RUNS_FILE)
     if not records:
-        raise FileNotFoundError(f"no finished runs in {out / RUNS_FILE}")
-    randoms = _random_returns(out, {r.get("env_id") or _task_of(r["task"]).env_id for r in records})
+        raise FileNotFoundError(f"no runs in {out / RUNS_FILE}")
+    envs = {r.get("env_id") or _task_of(r["task"]).env_id for r in records if r.get("status") == "ok"}
+    randoms = _random_returns(out, envs)
     speed_path = out / "speed.json"
     speed = json.loads(speed_path.read_text())["tasks"] if speed_path.exists() else None
+    if speed:  # a speed measure from before the variants were renamed (LEGACY_NAMES)
+        speed = {task: {LEGACY_NAMES.get(v, v): d for v, d in variants.items()} for task, variants in speed.items()}
     stats = analyse(records, randoms, speed, reps)
     meta = json.loads((out / "study.json").read_text()) if (out / "study.json").exists() else {}
     meta.setdefault("machine", machine())
     (out / "stats.json").write_text(json.dumps(stats, indent=2, default=str))
     text = markdown(stats, meta)
     (out / "report.md").write_text(text)
+    if stats["decisions"]:  # the docs include this table as it is
+        (out / "decisions.md").write_text(decision_table(stats) + "\n")
     plots = plot(records, stats, out)
     print(text)
     print(f"written: {out / 'stats.json'}, {out / 'report.md'}" + "".join(f", {p}" for p in plots))

@@ -73,6 +73,10 @@ class TieredReplay:
                  ratio_schedule: str = "constant", anneal_steps: int = 1_000_000,
                  importance_beta: float | None = None, dedup_frames: bool | str = AUTO,
                  sampling: str = "tiers", seed: int | None = None, **scheme: Any) -> None:
+        if sampling == "auto":  # no algorithm known here: what auto means for an unknown family
+            from rlaccel_plugins.replay.evidence import default_sampling
+
+            sampling = default_sampling(None, None)
         if not _sized(level_capacity):
             raise invalid("level_capacity", "be a list of positive integers", level_capacity)
         self.config = ReplayBufferConfig(levels=len(level_capacity),

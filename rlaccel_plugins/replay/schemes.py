@@ -167,6 +167,10 @@ def make_sampler(layout: TierLayout, replay: ReplayBufferConfig, seed: int | Non
         >>> type(make_sampler(TierLayout(replay.level_capacity), replay)).__name__
         'CerSampler'
     """
+    if replay.sampling == "auto":  # no algorithm known here
+        from rlaccel_plugins.replay.evidence import resolve_sampling
+
+        replay = resolve_sampling(replay)
     if replay.sampling == "tiers":
         return TieredSampler(layout, replay.sampling_ratio, replay.ratio_schedule, replay.importance_beta, seed)
     if replay.sampling == "ere":

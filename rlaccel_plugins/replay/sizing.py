@@ -90,13 +90,9 @@ def resolve_replay_config(capacity: int, num_envs: int = 1, preset: str | None =
 def tiers_for_capacity(replay: ReplayBufferConfig, capacity: int, num_envs: int = 1, *,
                        preset: str | None = None) -> ReplayBufferConfig:
     """``replay``'s tiers in a buffer of ``capacity`` transitions: a named preset's (``preset``, or
-    ``RLACCEL_PRESET``) are fitted (:func:`fit_tiers`), the default proportions scaled (:func:`scale_tiers`)."""
-    if preset is not None or os.environ.get("RLACCEL_PRESET"):
+    ``RLACCEL_PRESET``) are fitted (:func:`fit_tiers`); the default's (no preset, or ``default``: one meaning)
+    keep their proportions, scaled (:func:`scale_tiers`)."""
+    named = preset if preset is not None else os.environ.get("RLACCEL_PRESET") or None
+    if named not in (None, "default"):
         return fit_tiers(replay, capacity, num_envs)
     return scale_tiers(replay, capacity, num_envs)
-
-
-def no_argument_if_default(preset: str) -> str | None:
-    """``None`` for the ``default`` preset: a drop-in built with it gets what a buffer built with no argument
-    gets (the default tiers scaled to its size, :func:`tiers_for_capacity`), other presets themselves."""
-    return None if preset == "default" else preset

@@ -1,6 +1,7 @@
 """Ray scale-out on a local 2-node cluster (ray.cluster_utils.Cluster): chunks counted end to end,
 an actor killed mid-run is restarted and training goes on, DQN learns CartPole with 2 actors."""
 
+import json
 import os
 import sys
 import time
@@ -387,3 +388,21 @@ def test_a_stopped_learner_resumes_from_its_checkpoint_with_new_actors_on_the_cl
     assert result["env_steps"] == 2000
     assert result["stats"]["ray/stored_steps"] == 2000 - stopped_at  # the new actors collected the rest
     assert result["stats"]["ray/actor0/steps"] > 0 and result["stats"]["ray/actor1/steps"] > 0
+
+
+def test_a_learning_study_runs_on_the_cluster_with_the_same_records_retry_and_resume(cluster, tmp_path, monkeypatch):
+    from rlaccel_plugins.bench.study import STOCK, UNIFORM, read_runs, run_study
+    from tests.core.test_study import fake_run, runs_of
+
+    marker = tmp_path / "crash"
+    marker.write_text("once")  # an odd seed's uniform run kills its Ray worker, once
+    monkeypatch.setenv("RLACCEL_TEST_CRASH", str(marker))
+    out = tmp_path / "study"
+    kwargs = dict(out=out, only=["cartpole-dqn"], variants=[STOCK, UNIFORM], target=fake_run, ray=cluster.address)
+    run_study("learning-quick", seeds=2, **kwargs)
+    records = read_runs(out / "runs.jsonl")
+    assert runs_of(records, "failed") == [(UNIFORM, 1)] and "Ray worker died" in records[-2]["error"]
+    assert runs_of(records) == sorted([(STOCK, 0), (STOCK, 1), (UNIFORM, 0), (UNIFORM, 1)])
+    run_study("learning-quick", seeds=3, resume=True, **kwargs)  # only seed 2 is new
+    assert runs_of(read_runs(out / "runs.jsonl")[len(records):]) == [(UNIFORM, 2), (STOCK, 2)]
+    assert json.loads((out / "study.json").read_text())["commands"][-1].endswith(f"--ray {cluster.address} --resume")

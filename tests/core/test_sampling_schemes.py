@@ -106,7 +106,8 @@ def test_make_sampler_follows_the_config_and_bad_values_are_refused_clearly():
     for preset in set(rla.preset_names()) - {"default", "off"}:  # the study's finding: uniform on their tasks
         assert rla.get_preset(preset).replay_buffer.sampling == "uniform", preset
     assert rla.get_preset("off").replay_buffer.levels == 1  # one level: its tiers sampler draws uniformly
-    assert type(make_sampler(layout, rla.load_config().replay_buffer)).__name__ == "TieredSampler"
+    assert rla.load_config().replay_buffer.sampling == "auto"  # resolved per algorithm family by the adapters
+    assert type(make_sampler(layout, rla.load_config().replay_buffer)).__name__ == "UniformSampler"  # no family known
     with pytest.raises(ConfigError, match=r"sampling must be one of .*got sampling='eer'.*Did you mean 'ere'"):
         rla.load_config(sampling="eer")
     with pytest.raises(ConfigError, match="importance_beta must be unset with sampling='cer'"):

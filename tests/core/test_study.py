@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from rlaccel_plugins.bench import learning_stats as ls
-from rlaccel_plugins.bench.study import STOCK, UNIFORM, read_runs, run_study
-from rlaccel_plugins.bench.study_report import analyse, markdown
+from rlaccel_plugins.bench.study import ARTICLE, STOCK, TASKS, TIERS, UNIFORM, read_runs, run_study
+from rlaccel_plugins.bench.study_report import analyse, markdown, write_report
+from rlaccel_plugins.errors import ConfigError
 
 TASK = "sb3 DQN CartPole-v1"
 
@@ -20,14 +21,25 @@ def synthetic_curve(level: float, rng: np.random.Generator, points: int = 8) -> 
     return [{"env_steps": int(s), "train_seconds": 0.0, "mean_reward": float(r)} for s, r in zip(steps, returns)]
 
 
-def synthetic_records(shift: float, runs: int = 30, seed: int = 0) -> list[dict]:
+UNIFORM_SAMPLED = {"sampling": "uniform", "level_capacity": [100_000]}
+ARTICLE_SAMPLED = {"sampling": "tiers", "level_capacity": [794, 3968, 15873, 79365],
+                   "sampling_ratio": [0.7, 0.2, 0.08, 0.02], "ratio_schedule": "constant"}
+
+
+def synthetic_records(shift: float, runs: int = 30, seed: int = 0, variants=(STOCK, UNIFORM), late_only=False,
+                      task: str = TASK) -> list[dict]:
+    """Runs of ``variants`` (the last shifted by ``shift``, in the second half of the budget only with
+    ``late_only``), each recording what it sampled."""
     rng = np.random.default_rng(seed)
     records = []
-    for variant, offset in ((STOCK, 0.0), (UNIFORM, shift)):
+    for variant, offset in zip(variants, (0.0, shift)):
+        sampled = ARTICLE_SAMPLED if variant == ARTICLE else UNIFORM_SAMPLED
         for s in range(runs):
-            level = rng.normal(300, 60) + offset
-            records.append({"task": TASK, "env_id": "CartPole-v1", "variant": variant, "seed": s, "budget": 8000,
-                            "curve": synthetic_curve(level, rng), "status": "ok"})
+            curve = synthetic_curve(rng.normal(300, 60), rng)
+            for point in curve[len(curve) // 2 if late_only else 0:]:
+                point["mean_reward"] += offset
+            records.append({"task": task, "env_id": "CartPole-v1", "variant": variant, "seed": s, "budget": 8000,
+                            "curve": curve, "status": "ok", "replay_sampling": sampled})
     return records
 
 
@@ -50,7 +62,7 @@ def test_two_identical_variants_cannot_be_told_apart_and_a_shifted_one_can():
     rows = better["tasks"][TASK]["rows"]
     assert rows[UNIFORM]["iqm_auc"][0] > rows[STOCK]["iqm_auc"][0]
     text = markdown(better, {"study": "synthetic"})
-    assert f"| {UNIFORM} > {STOCK}: " in text and "IQM area" in text
+    assert f"| {UNIFORM} > {STOCK} | 30 | " in text and "IQM area" in text
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (4, 1), (7, 3), (10, 1), (30, 2), (101, 1)])
@@ -80,42 +92,130 @@ def test_the_iqm_ci_covers_the_truth_and_narrows_with_more_runs():
 
 # ------------------------------------------------------------------ running (children import this module)
 def fake_run(task, variant, seed):
-    """A stand-in for a training run: instant, with a record shaped like a real one; seed 1 of the uniform
-    variant kills its own process when RLACCEL_TEST_CRASH names a file that exists (a worker dying mid-run)."""
+    """A stand-in for a training run: instant, with a record shaped like a real one; an odd seed of the uniform
+    variant kills its own process while RLACCEL_TEST_CRASH names a file that exists (a worker dying mid-run),
+    and removes the file as it dies when the file says ``once``."""
     marker = os.environ.get("RLACCEL_TEST_CRASH")
-    if marker and seed == 1 and variant.name == UNIFORM and os.path.exists(marker):
-        os.remove(marker)
+    if marker and seed % 2 and variant.name == UNIFORM and os.path.exists(marker):
+        if open(marker).read() == "once":
+            os.remove(marker)
         os._exit(3)
     curve = synthetic_curve(200.0 + seed, np.random.default_rng(seed))
     return {"task": task.key, "env_id": task.env_id, "variant": variant.name, "seed": seed, "curve": curve}
 
 
-def test_resume_skips_finished_runs_and_a_crashed_worker_loses_only_its_own_run(tmp_path, monkeypatch):
+def runs_of(records, status="ok"):
+    return sorted((r["variant"], r["seed"]) for r in records if r["status"] == status)
+
+
+def test_a_crashed_worker_loses_only_its_own_run_which_is_retried_once_and_resume_skips_finished_runs(
+        tmp_path, monkeypatch):
     out = tmp_path / "study"
-    marker = tmp_path / "crash-once"
-    marker.write_text("")
+    marker = tmp_path / "crash"
+    marker.write_text("once")
     monkeypatch.setenv("RLACCEL_TEST_CRASH", str(marker))
     kwargs = dict(out=out, workers=2, only=["cartpole-dqn"], variants=[STOCK, UNIFORM], target=fake_run)
     run_study("learning-quick", seeds=2, **kwargs)
     records = read_runs(out / "runs.jsonl")
-    failed = [r for r in records if r["status"] == "failed"]
-    assert [(r["variant"], r["seed"]) for r in failed] == [(UNIFORM, 1)]
-    assert "exit code 3" in failed[0]["error"]
-    assert sorted((r["variant"], r["seed"]) for r in records if r["status"] == "ok") == \
-        sorted([(STOCK, 0), (STOCK, 1), (UNIFORM, 0)])
+    assert runs_of(records, "failed") == [(UNIFORM, 1)] and "exit code 3" in records[-2]["error"]
+    assert runs_of(records) == sorted([(STOCK, 0), (STOCK, 1), (UNIFORM, 0), (UNIFORM, 1)])  # the retry made it
+    assert {r["provenance"]["commit"] for r in records} and "torch" in records[0]["provenance"]["versions"]
     with pytest.raises(ValueError, match="--resume"):
         run_study("learning-quick", seeds=2, **kwargs)
-    # resume with a third seed: the crashed run and seed 2 run, nothing else
-    run_study("learning-quick", seeds=3, resume=True, **kwargs)
+    # a run failing on its retry too is counted as failed, and resuming never runs it again
+    marker.write_text("always")
+    run_study("learning-quick", seeds=4, resume=True, **kwargs)
     new = read_runs(out / "runs.jsonl")[len(records):]
-    assert sorted((r["variant"], r["seed"]) for r in new) == sorted([(STOCK, 2), (UNIFORM, 1), (UNIFORM, 2)])
-    assert all(r["status"] == "ok" for r in new)
+    assert runs_of(new) == [(UNIFORM, 2), (STOCK, 2), (STOCK, 3)] and runs_of(new, "failed") == [(UNIFORM, 3)] * 2
+    run_study("learning-quick", seeds=4, resume=True, **kwargs)
+    assert len(read_runs(out / "runs.jsonl")) == len(records) + len(new)
     # a line torn by a kill mid-write is skipped, not fatal
     with (out / "runs.jsonl").open("a") as f:
         f.write('{"task": "torn')
-    assert len(read_runs(out / "runs.jsonl")) == len(records) + 3
+    assert len(read_runs(out / "runs.jsonl")) == len(records) + len(new)
     meta = json.loads((out / "study.json").read_text())
-    assert meta["runs"] == {records[0]["task"]: {STOCK: 3, UNIFORM: 3}}
+    assert meta["runs"] == {records[0]["task"]: {STOCK: 4, UNIFORM: 3}}
     assert [c.replace(f" --out {out}", "") for c in meta["commands"]] == [
         "rlaccel bench --suite learning-quick --seeds 2 --workers 2 --tasks cartpole-dqn --variant stock --variant 'drop-in, uniform (off)'",
-        "rlaccel bench --suite learning-quick --seeds 3 --workers 2 --tasks cartpole-dqn --variant stock --variant 'drop-in, uniform (off)' --resume"]
+        "rlaccel bench --suite learning-quick --seeds 4 --workers 2 --tasks cartpole-dqn --variant stock --variant 'drop-in, uniform (off)' --resume"]
+
+
+def test_the_same_runs_give_the_same_report_byte_for_byte(tmp_path):
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in synthetic_records(20.0, runs=12)))
+    (out / "random_returns.json").write_text(json.dumps({"CartPole-v1 (gymnasium 0.0)": 999.0}))
+    files = []
+    for state in (1, 2):
+        np.random.seed(state)  # rliable draws its resamples from the global generator: it must not matter
+        write_report(out, reps=300)
+        files.append([(out / name).read_bytes() for name in ("stats.json", "report.md")])
+    assert files[0] == files[1]
+    # the random return is keyed by env id and gymnasium version: another version's value is not used
+    from importlib.metadata import version
+
+    cached = json.loads((out / "random_returns.json").read_text())
+    assert cached["CartPole-v1 (gymnasium 0.0)"] == 999.0
+    assert 15 < cached[f"CartPole-v1 (gymnasium {version('gymnasium')})"] < 30
+
+
+def test_failed_empty_and_nan_runs_are_counted_shown_and_refuse_a_comparison():
+    records = synthetic_records(50.0, runs=10)
+    records[3]["curve"] = []                                   # no evaluation at all
+    records[12]["curve"][2]["mean_reward"] = float("nan")      # a diverged evaluation
+    records.append({"task": TASK, "variant": UNIFORM, "seed": 10, "status": "failed", "error": "Boom"})
+    stats = analyse(records, {"CartPole-v1": 22.0}, reps=200)
+    rows = stats["tasks"][TASK]["rows"]
+    assert (rows[STOCK]["invalid"], rows[UNIFORM]["invalid"], rows[UNIFORM]["failed"]) == (1, 1, 1)
+    pair = stats["tasks"][TASK]["pairs"][f"{UNIFORM} > {STOCK}"]
+    assert "1 failed run(s) of" in pair["refused"] and "no finite score" in pair["refused"]
+    text = markdown(stats, {"study": "synthetic"})
+    assert f"| {UNIFORM} > {STOCK} | 10 | refused: " in text and "| 1 / 1 |" in text
+    # a failed run that was retried to success is not lost
+    records.append({**synthetic_records(0.0, runs=11)[-1], "variant": UNIFORM, "seed": 10})
+    assert analyse(records, {"CartPole-v1": 22.0}, reps=200)["tasks"][TASK]["rows"][UNIFORM]["failed"] == 0
+
+
+def test_a_variant_whose_runs_sampled_differently_is_refused_and_old_labels_are_read_by_what_they_sampled(tmp_path):
+    records = synthetic_records(50.0, runs=6, variants=(UNIFORM, ARTICLE))
+    records[-1]["replay_sampling"] = UNIFORM_SAMPLED
+    stats = analyse(records, {"CartPole-v1": 22.0}, reps=200)
+    assert stats["tasks"][TASK]["rows"][ARTICLE]["sampled"].startswith("mixed: tiers 0.7/0.2/0.08/0.02")
+    assert "sampled differently" in stats["tasks"][TASK]["pairs"][f"{ARTICLE} > {UNIFORM}"]["refused"]
+    # a run from before runs recorded their sampling, under the name the article tiers had then
+    old = {"task": TASK, "variant": "drop-in, no argument", "seed": 0, "status": "ok", "curve": []}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(old) + "\n" + json.dumps({**old, "replay_sampling": {}}) + "\n")
+    assert [r["variant"] for r in read_runs(tmp_path / "runs.jsonl")] == [ARTICLE, "drop-in, no argument"]
+    # every drop-in label says what it samples, whatever the presets' defaults are
+    from rlaccel_plugins.bench.runner import variant_config
+
+    for task in TASKS.values():
+        for variant in task.variants:
+            config = variant_config(variant).replay_buffer
+            if variant.name in (TIERS, ARTICLE):
+                assert config.sampling == "tiers", (task.key, variant.name)
+            if variant.name == UNIFORM:
+                assert config.sampled()["sampling"] == "uniform", (task.key, variant.name)
+
+
+def test_a_threshold_at_or_below_the_random_return_is_refused():
+    with pytest.raises(ConfigError, match=r"threshold must lie above the random policy's return on CartPole-v1"):
+        analyse(synthetic_records(0.0, runs=3), {"CartPole-v1": 600.0}, reps=100)
+
+
+def test_halves_show_a_crossing_and_a_family_keeps_the_tiers_only_when_fresh_seeds_confirm_them():
+    task = TASKS["cartpole-dqn"].key
+    late = synthetic_records(150.0, runs=20, variants=(UNIFORM, ARTICLE), late_only=True, task=task)
+    stats = analyse(late, {"CartPole-v1": 22.0}, reps=300)
+    by = stats["tasks"][task]["pairs"][f"{ARTICLE} > {UNIFORM}"]["poi_by"]
+    assert by["early"][1] < 0.5 < by["early"][2] and by["late"][1] > 0.5  # no gain early, a clear one late
+    decision = stats["decisions"]["sb3 DQN"]
+    assert (decision["screen_seeds"], decision["confirm_seeds"], decision["sampling"]) == (10, 10, "tiers")
+    screened_only = [r for r in late if r["seed"] < 10]
+    decision = analyse(screened_only, {"CartPole-v1": 22.0}, reps=300)["decisions"]["sb3 DQN"]
+    assert (decision["sampling"], decision["why"]) == ("uniform", "screened, not confirmed yet: needs fresh seeds")
+    # the gain on seeds 0-9 only: not confirmed
+    fading = [r if r["seed"] < 10 or r["variant"] == UNIFORM else
+              {**r, "curve": [{**p, "mean_reward": p["mean_reward"] - 150.0} for p in r["curve"]]} for r in late]
+    decision = analyse(fading, {"CartPole-v1": 22.0}, reps=300)["decisions"]["sb3 DQN"]
+    assert (decision["sampling"], decision["why"]) == ("uniform", "not confirmed on fresh seeds")

@@ -25,12 +25,14 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer, DictReplayBuffer, ReplayBuffer
+from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.type_aliases import DictReplayBufferSamples, ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
 from rlaccel_plugins.config import ReplayBufferConfig, _int
 from rlaccel_plugins.errors import ConfigError, RlaccelWarning, invalid
 from rlaccel_plugins.replay import TieredReplay
+from rlaccel_plugins.replay.evidence import resolve_sampling, sb3_algorithm_building
 from rlaccel_plugins.replay.sampler import seed_from_numpy_global_state
 from rlaccel_plugins.replay.sizing import resolve_replay_config
 
@@ -67,6 +69,13 @@ def as_stored_row(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype
     return row
 
 
+def _has_pixels(space: spaces.Space) -> bool:
+    """Whether observations hold images (Atari-like: the default samples those uniformly, unmeasured)."""
+    if isinstance(space, spaces.Dict):
+        return any(_has_pixels(sub) for sub in space.spaces.values())
+    return is_image_space(space, check_channels=False)
+
+
 class TieredBufferMixin:
     """Everything the two SB3 buffer classes share; the storage is a :class:`TieredReplay`."""
 
@@ -88,6 +97,9 @@ class TieredBufferMixin:
                                            sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule,
                                            anneal_steps=anneal_steps, importance_beta=importance_beta,
                                            sampling=sampling)
+        if replay.sampling == "auto":
+            replay = resolve_sampling(replay, "sb3", sb3_algorithm_building(),
+                                      pixels=_has_pixels(observation_space))
         seed = seed_from_numpy_global_state() if seed is None else seed
         self._engine = TieredReplay.from_config(replay, num_envs=n_envs, seed=seed)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device=device, n_envs=n_envs)

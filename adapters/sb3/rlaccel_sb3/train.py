@@ -30,7 +30,7 @@ from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.parallel.atari import is_atari
-from rlaccel_plugins.replay.sizing import no_argument_if_default, tiers_for_capacity
+from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, update_cadence
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import AccelerateCallback, SparseDenseCallback
@@ -114,7 +114,7 @@ def build(spec: TrainSpec):
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
     if spec.dropin and is_off_policy:  # the README's drop-in on the framework's own recipe: nothing else changes
         buffer_size = kwargs.get("buffer_size", inspect.signature(cls).parameters["buffer_size"].default)
-        replay = tiers_for_capacity(spec.config.replay_buffer, buffer_size, n_envs, preset=no_argument_if_default(spec.config.preset))
+        replay = tiers_for_capacity(spec.config.replay_buffer, buffer_size, n_envs, preset=spec.config.preset)
         kwargs.update(replay_buffer_class=TieredReplayBuffer, replay_buffer_kwargs=dict(replay_config=replay))
     if not spec.stock:
         callbacks.append(AccelerateCallback(config=spec.config))
@@ -166,6 +166,15 @@ def gradient_steps(model) -> int:
         per_epoch = 1 if isinstance(model, A2C) else -(-rollout // model.batch_size)
         return int(model._n_updates * per_epoch)
     return int(model._n_updates)
+
+
+def replay_sampling(model) -> dict[str, Any] | None:
+    """What the model's batches are drawn by (None: no replay buffer; SB3's own buffers sample uniformly)."""
+    buffer = getattr(model, "replay_buffer", None)
+    if buffer is None:
+        return None
+    engine = getattr(buffer, "engine", None)
+    return engine.config.sampled() if engine is not None else {"sampling": "uniform", "buffer": type(buffer).__name__}
 
 
 def replay_bytes_per_transition(model) -> float | None:
@@ -261,7 +270,7 @@ class Sb3Training:
         return Learned(env_steps=model.num_timesteps, gradient_steps=gradient_steps(model),
                        stats={**(sparse.stats if sparse is not None else {}), **ray_metrics},
                        replay_bytes_per_transition=replay_bytes_per_transition(model),
-                       checkpoint=str(last.path) if last is not None else None)
+                       checkpoint=str(last.path) if last is not None else None, replay_sampling=replay_sampling(model))
 
     def learn_more(self, steps: int) -> tuple[int, int]:
         """Train ``steps`` more env steps with the run's own callbacks and no evaluation (the study's speed

@@ -20,6 +20,7 @@ from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager
 
 from rlaccel_plugins.config import ReplayBufferConfig
 from rlaccel_plugins.replay import TierLayout
+from rlaccel_plugins.replay.evidence import resolve_sampling
 from rlaccel_plugins.replay.schemes import make_sampler
 from rlaccel_plugins.replay.sizing import resolve_replay_config
 from rlaccel_tianshou.kernel_cache import cache_tianshou_kernels
@@ -40,6 +41,7 @@ def _tier_settings(size: int, num_streams: int, preset: str | None, overrides: d
     capacity = -(-int(size) // num_streams) * num_streams
     if replay is None:
         replay = resolve_replay_config(capacity, num_streams, preset, **overrides)
+    replay = resolve_sampling(replay, "tianshou")  # auto: no Tianshou family kept the tiers (uniform)
     layout = TierLayout(replay.level_capacity, num_streams)
     if layout.capacity != capacity:
         logger.info("rlaccel: level_capacity=%s sets the buffer's capacity to %d transitions (size was %d)",
@@ -55,6 +57,7 @@ class TieredSamplingMixin:
     """
 
     def _init_tiered(self, replay, layout: TierLayout, seed: int) -> None:
+        self.replay_config = replay
         self.sampler = make_sampler(layout, replay, seed=seed)
         self.anneal_steps = replay.anneal_steps
         self.added = 0

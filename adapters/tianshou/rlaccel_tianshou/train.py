@@ -28,7 +28,7 @@ from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
-from rlaccel_plugins.replay.sizing import no_argument_if_default, tiers_for_capacity
+from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.checkpointing import Checkpoints, StoppedBySignal
@@ -59,7 +59,7 @@ class TianshouTraining:
             self.hidden = [128] * 4
             self.eps, lr, gamma, target, self.batch, self.ups = 0.1, 1e-3, 0.9, 320, 64, 0.1
             if spec.dropin:  # the README's drop-in: the same size, tiered by the preset
-                replay = tiers_for_capacity(spec.config.replay_buffer, 20_000, self.num_envs, preset=no_argument_if_default(spec.config.preset))
+                replay = tiers_for_capacity(spec.config.replay_buffer, 20_000, self.num_envs, preset=spec.config.preset)
                 self.buffer = TieredVectorReplayBuffer(20_000, self.num_envs, replay_config=replay)
             else:
                 self.buffer = VectorReplayBuffer(20_000, self.num_envs)
@@ -121,6 +121,8 @@ class TianshouTraining:
                        stats={**(updater.stats if updater is not None else {}),
                               **(guard.stats if guard is not None else {}), **ray_metrics},
                        replay_bytes_per_transition=bytes_per_transition(_arrays(buffer._meta), buffer.maxsize),
+                       replay_sampling=(buffer.replay_config.sampled() if hasattr(buffer, "replay_config")
+                                        else {"sampling": "uniform", "buffer": type(buffer).__name__}),
                        checkpoint=str(checkpoints.last.path) if checkpoints.last is not None else None)
 
     def save(self, out: Path) -> Path:

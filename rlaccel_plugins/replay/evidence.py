@@ -1,0 +1,57 @@
+"""What ``sampling: auto`` (the default) samples for each algorithm family: the learning study's decisions.
+
+A family samples by the tiers' ratios only where the learning study showed them to help: screened on
+seeds 0-9, then confirmed on fresh seeds with P(tiers > uniform)'s 95% CI above 0.5 (the decision table
+in the docs, "Learning study"; ``rlaccel bench --suite learning`` recomputes it). Every other family,
+and every task with image observations (Atari: not measured), samples uniformly, as the frameworks do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rlaccel_plugins.config import ReplayBufferConfig
+
+# (framework, algorithm): the families whose screen and confirmation both favoured the article's tiers
+TIERED_FAMILIES = frozenset({("sb3", "dqn")})
+
+
+def default_sampling(framework: str | None, algo: str | None, pixels: bool = False) -> str:
+    """``tiers`` for a family the evidence keeps them for, else ``uniform`` (unknown families included).
+
+    Examples:
+        >>> default_sampling("sb3", "dqn"), default_sampling("sb3", "sac"), default_sampling("sb3", "dqn", pixels=True)
+        ('tiers', 'uniform', 'uniform')
+    """
+    return "tiers" if (framework, algo) in TIERED_FAMILIES and not pixels else "uniform"
+
+
+def resolve_sampling(replay: ReplayBufferConfig, framework: str | None = None, algo: str | None = None,
+                     pixels: bool = False) -> ReplayBufferConfig:
+    """``replay`` with ``sampling: auto`` replaced by :func:`default_sampling`'s answer; any other value as it is."""
+    if replay.sampling != "auto":
+        return replay
+    return dataclasses.replace(replay, sampling=default_sampling(framework, algo, pixels))
+
+
+def sb3_algorithm_building(depth: int = 8) -> str | None:
+    """The SB3 algorithm whose ``_setup_model`` is building a buffer (``dqn``, ``qrdqn``, ``sac``...), or None.
+
+    SB3 builds the buffer from ``replay_buffer_class`` inside the algorithm's own constructor, which passes the
+    buffer no word of which algorithm it serves; the caller's frame is the one place that says. A subclass
+    counts as the SB3 or sb3-contrib class it derives from.
+    """
+    import sys
+
+    frame: Any = sys._getframe(1)
+    for _ in range(depth):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if owner is not None and type(owner).__name__ != "type" and hasattr(owner, "_setup_model"):
+            for cls in type(owner).__mro__:
+                if cls.__module__.split(".")[0] in ("stable_baselines3", "sb3_contrib"):
+                    return cls.__name__.lower()
+    return None

@@ -1,0 +1,65 @@
+"""The no-argument default follows the learning study's decision table, family by family."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from stable_baselines3 import DQN, SAC, TD3
+from stable_baselines3.common.buffers import ReplayBuffer
+
+import rlaccel_plugins as rla
+from rlaccel_plugins.replay.evidence import TIERED_FAMILIES, default_sampling
+from rlaccel_sb3 import TieredReplayBuffer
+
+STUDY = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "learning" / "stats.json"
+
+
+class MyDQN(DQN):
+    """A user's subclass: it counts as the SB3 class it derives from."""
+
+
+@pytest.mark.parametrize("algo, env, expected", [(DQN, "CartPole-v1", "tiers"), (MyDQN, "CartPole-v1", "tiers"),
+                                                 (SAC, "Pendulum-v1", "uniform"), (TD3, "Pendulum-v1", "uniform")])
+def test_a_buffer_built_by_sb3_samples_what_its_family_was_shown_to_gain_from(algo, env, expected):
+    model = algo("MlpPolicy", env, replay_buffer_class=TieredReplayBuffer, buffer_size=10_000, seed=0)
+    sampled = model.replay_buffer.engine.config.sampled()
+    assert sampled["sampling"] == expected
+    assert sampled["level_capacity"] == [79, 397, 1587, 7937]  # the levels are kept (and reported) either way
+
+
+def test_qrdqn_pixels_and_buffers_built_by_hand_sample_uniformly_and_an_explicit_choice_wins():
+    from sb3_contrib import QRDQN
+
+    qrdqn = QRDQN("MlpPolicy", "CartPole-v1", replay_buffer_class=TieredReplayBuffer, buffer_size=10_000)
+    assert qrdqn.replay_buffer.engine.config.sampling == "uniform"
+    pixels = spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    atari_like = TieredReplayBuffer(10_000, pixels, spaces.Discrete(6))
+    assert atari_like.engine.config.sampling == "uniform"
+    by_hand = TieredReplayBuffer(10_000, spaces.Box(-1, 1, (4,)), spaces.Discrete(2))
+    assert by_hand.engine.config.sampling == "uniform"  # no algorithm known: the unmeasured case
+    chosen = SAC("MlpPolicy", "Pendulum-v1", replay_buffer_class=TieredReplayBuffer, buffer_size=10_000,
+                 replay_buffer_kwargs=dict(sampling="tiers"))
+    assert chosen.replay_buffer.engine.config.sampling == "tiers"
+    assert isinstance(chosen.replay_buffer, ReplayBuffer)
+
+
+def test_preset_default_and_no_argument_are_one_thing(monkeypatch):
+    plain = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=TieredReplayBuffer, buffer_size=10_000)
+    named = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=TieredReplayBuffer, buffer_size=10_000,
+                replay_buffer_kwargs=dict(preset="default"))
+    monkeypatch.setenv("RLACCEL_PRESET", "default")
+    ambient = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=TieredReplayBuffer, buffer_size=10_000)
+    assert plain.replay_buffer.engine.config == named.replay_buffer.engine.config == ambient.replay_buffer.engine.config
+    assert rla.get_preset("default").replay_buffer.sampling == "auto"
+
+
+def test_the_default_follows_the_committed_decision_table():
+    decisions = json.loads(STUDY.read_text())["decisions"]
+    assert decisions, "the committed study holds no decision"
+    for family, decision in decisions.items():
+        framework, algo = family.split()
+        assert default_sampling(framework, algo.lower()) == decision["sampling"], family
+    kept = {tuple(f.split()) for f, d in decisions.items() if d["sampling"] == "tiers"}
+    assert {(fw, algo.upper()) for fw, algo in TIERED_FAMILIES} == kept
