@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-
 STUDY_LINK = "the 20-seed learning study of this very task (docs: Learning study)"
 
 
@@ -85,8 +84,8 @@ def run_demo(seeds: int = 5, steps: int = 30_000, out: str = "demo-results", wor
     sentence = expectation(ratio, poi, seeds)
     host, unsteady = verdict(meter.finish(), probes="before the speed measure and after the learning runs")
     rows = stats["tasks"][task.key]["rows"]
-    table = ["| variant | env steps/s (speed measure) | IQM area (0 = random, 1 = 475) | IQM final | runs that reached 475 "
-             "at an evaluation |", "|---|---:|---:|---:|---:|"]
+    table = [("| variant | env steps/s (speed measure) | IQM area (0 = random, 1 = 475) | IQM final | runs that "
+              "reached 475 at an evaluation |"), "|---|---:|---:|---:|---:|"]
     for name in (STOCK, NO_ARGUMENT):
         row = rows[name]
         table.append(f"| {name} | {speed[name]['env_steps_per_s']:,.0f} | {row['iqm_auc'][0]:.2f} "

@@ -253,11 +253,11 @@ def _decisions(scores_of, tasks_out, reps: int) -> dict[str, Any]:
         screen = [s for s in seeds if s < SCREEN_SEEDS]
         confirm = [s for s in seeds if s >= SCREEN_SEEDS]
         entry: dict[str, Any] = {"tasks": keys, "seeds": len(seeds), "screen_seeds": len(screen),
-                                 "confirm_seeds": len(confirm), "all": _pooled(scores_of, keys, *pair, seeds, reps)}
+                                 "confirm_seeds": len(confirm), "all": _pooled(scores_of, keys, ARTICLE, UNIFORM, seeds, reps)}
         if screen:
-            entry["screen"] = _pooled(scores_of, keys, *pair, screen, reps)["auc"]
+            entry["screen"] = _pooled(scores_of, keys, ARTICLE, UNIFORM, screen, reps)["auc"]
         if len(confirm) >= 3:
-            entry["confirm"] = _pooled(scores_of, keys, *pair, confirm, reps)["auc"]
+            entry["confirm"] = _pooled(scores_of, keys, ARTICLE, UNIFORM, confirm, reps)["auc"]
         refused = next(filter(None, (_refusal(tasks_out[k]["rows"], pair) for k in keys)), None)
         if refused:
             entry.update(sampling="uniform", why=f"refused: {refused}")
@@ -349,8 +349,8 @@ def summary_table(stats: dict[str, Any]) -> str:
 def decision_table(stats: dict[str, Any]) -> str:
     """One row per algorithm family: its tasks, seeds, P(article tiers > uniform) on every measure, the screen
     and the confirmation, and what the no-argument default samples for it (the docs' table)."""
-    lines = ["| family | tasks | seeds (screen + fresh) | P area, all seeds | first half | second half | final | "
-             "screen (seeds 0-9) | confirmation (fresh seeds) | default samples |",
+    lines = [("| family | tasks | seeds (screen + fresh) | P area, all seeds | first half | second half | final | "
+              "screen (seeds 0-9) | confirmation (fresh seeds) | default samples |"),
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for family, d in stats.get("decisions", {}).items():
         tasks = ", ".join(k.split(" ", 2)[-1] for k in d["tasks"])
@@ -448,13 +448,13 @@ def plot(records: list[dict[str, Any]], stats: dict[str, Any], out: Path) -> lis
         matrices = {v: np.array([c[:length] for c in cs]) for v, cs in curves.items()}
         points, intervals = ls.iqm_curves(matrices)
         x = np.array(steps[:length]) / 1000
-        for variant in matrices:
-            ax.plot(x, points[variant], label=f"{variant} ({len(matrices[variant])} runs)")
+        for variant, runs in matrices.items():
+            ax.plot(x, points[variant], label=f"{variant} ({len(runs)} runs)")
             ax.fill_between(x, intervals[variant][0], intervals[variant][1], alpha=0.2)
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
         counts = sorted({len(m) for m in matrices.values()})
-        runs = f"{counts[0]} runs each" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} runs"
-        ax.set_title(f"{key} ({runs}; bands: 95% CIs)", fontsize=9)
+        shown = f"{counts[0]} runs each" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} runs"
+        ax.set_title(f"{key} ({shown}; bands: 95% CIs)", fontsize=9)
         ax.set_xlabel("env steps (thousands)")
         ax.set_ylabel("IQM normalised return (1 = threshold)")
         ax.legend(fontsize=7, loc="lower right")

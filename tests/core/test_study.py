@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,7 +98,7 @@ def fake_run(task, variant, seed):
     and removes the file as it dies when the file says ``once``."""
     marker = os.environ.get("RLACCEL_TEST_CRASH")
     if marker and seed % 2 and variant.name == UNIFORM and os.path.exists(marker):
-        if open(marker).read() == "once":
+        if Path(marker).read_text() == "once":
             os.remove(marker)
         os._exit(3)
     curve = synthetic_curve(200.0 + seed, np.random.default_rng(seed))

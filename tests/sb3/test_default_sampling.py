@@ -6,12 +6,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gymnasium import spaces
+from rlaccel_sb3 import TieredReplayBuffer
 from stable_baselines3 import DQN, SAC, TD3
 from stable_baselines3.common.buffers import ReplayBuffer
 
 import rlaccel_plugins as rla
 from rlaccel_plugins.replay.evidence import TIERED_FAMILIES, default_sampling
-from rlaccel_sb3 import TieredReplayBuffer
 
 STUDY = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "learning" / "stats.json"
 
