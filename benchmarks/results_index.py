@@ -99,7 +99,10 @@ def build_index() -> str:
 
 
 # --------------------------------------------------------------------------- current figures
-REPO = "https://github.com/rlaccel/rlaccel/blob/main/"
+def source_cell(source: str, link: bool) -> str:
+    """A results file: a relative link where the page sits in the repository (the README), else its path (the
+    docs site, served without the repository: no address of it is assumed)."""
+    return f"[{Path(source).parent.name}]({source})" if link else f"`{source}`"
 
 
 @dataclass(frozen=True)
@@ -316,11 +319,10 @@ def current_figures() -> list[Figure]:
     ]
 
 
-def figures_table(figures: list[Figure], link_prefix: str) -> str:
+def figures_table(figures: list[Figure], link: bool) -> str:
     rows = ["| measure | drop-in (95% CI where measured) | machine | date | source |", "|---|---|---|---|---|"]
     for f in figures:
-        rows.append(f"| {f.measure} | {f.value} | {f.machine} | {f.date} | [{Path(f.source).parent.name}]"
-                    f"({link_prefix}{f.source}) |")
+        rows.append(f"| {f.measure} | {f.value} | {f.machine} | {f.date} | {source_cell(f.source, link)} |")
     return "\n".join(rows)
 
 
@@ -332,8 +334,8 @@ def learning_section() -> str:
     study = json.loads((STUDY / "study.json").read_text())
     lines = ["## Learning study", "",
              (f"{', '.join(f'`{c}`' for c in study_commands(study))}, then `rlaccel bench --suite speed --study "
-              f"learning-quick`; the full report with every table is [report.md]({REPO}"
-              f"{(STUDY / 'report.md').relative_to(ROOT)}). What each table means, and the rule the decisions "
+              f"learning-quick`; the full report with every table is `{(STUDY / 'report.md').relative_to(ROOT)}`. "
+              "What each table means, and the rule the decisions "
               "follow: [Learning study](learning.md)."), "",
              "### What the no-argument default samples, per algorithm family", "", decision_table(stats), "",
              "### Every task and variant", "", summary_table(stats), "",
@@ -417,7 +419,7 @@ def suite_section() -> str:
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         first = " ".join(doc.split("\n\n")[0].split()).replace("|", "&#124;")
         figure, date, source = latest_figure(path.name)
-        lines.append(f"| `{path.name}` | {first} | {figure} | {date} | [{Path(source).parent.name}]({REPO}{source}) |")
+        lines.append(f"| `{path.name}` | {first} | {figure} | {date} | {source_cell(source, link=False)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -430,13 +432,13 @@ def build_results_page() -> str:
         "`python benchmarks/results_index.py`. Speed is a same-run ratio on fixed work against the stock "
         "framework, variants interleaved; learning is many seeds per variant with 95% CIs. Timings on the "
         "2-core VMs these ran on are noisy: compare ratios within a run, not absolute rates across runs."), "",
-        "## Current figures", "", figures_table(figures, REPO), "",
+        "## Current figures", "", figures_table(figures, link=False), "",
         peers_section(),
         learning_section(),
         suite_section(),
         "## History", "",
-        (f"Every results folder, older runs included, with the command that wrote it: [INDEX.md]({REPO}"
-        f"{INDEX.relative_to(ROOT)}). Measurements made before the learning study, with single seeds and "
+        (f"Every results folder, older runs included, with the command that wrote it: `{INDEX.relative_to(ROOT)}`. "
+        "Measurements made before the learning study, with single seeds and "
         "medians, are kept as a [dated note](notes/measurements-2026-11.md)."), ""])
 
 
@@ -445,8 +447,8 @@ README_TABLE = re.compile(r"(<!-- results:start -->\n).*?(<!-- results:end -->)"
 
 def build_readme(readme: str) -> str:
     figures = current_figures()
-    table = (figures_table(figures, "") + "\n\nSpeed: a same-run ratio on fixed work; learning: 10 seeds per "
-             "variant, 95% CIs. How these are measured, the learning study and every other benchmark: "
+    table = (figures_table(figures, link=True) + "\n\nSpeed: a same-run ratio on fixed work; learning: the seeds each row "
+             "names, 95% CIs. How these are measured, the learning study and every other benchmark: "
              "[Benchmarks and results](docs/results.md).\n")
     return README_TABLE.sub(lambda m: m.group(1) + table + m.group(2), readme)
 

@@ -35,7 +35,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-REPORT_TO = "https://github.com/rlaccel/rlaccel/issues (with the output of `rlaccel env`)"
+REPORT_TO = "the rlaccel maintainers, with the output of `rlaccel env` (docs: Reliability, reporting a problem)"
 _SKIPPED_FIELDS = {"ctx", "type_comment", "kind", "lineno", "col_offset", "end_lineno", "end_col_offset"}
 
 
@@ -170,7 +170,7 @@ class VerifiedCode:
         installed = ", ".join(f"{k} {v}" for k, v in installed_versions(self.distributions).items())
         verified = ", ".join(f"{k} {', '.join(v)}" for k, v in sorted(record.versions.items()))
         return (f"the installed code of {', '.join(changed)} ({installed}) differs from the code rlaccel's "
-                f"{key} was verified against ({verified}). Report it at {REPORT_TO}.")
+                f"{key} was verified against ({verified}). Report it to {REPORT_TO}.")
 
     def record(self, previous: Record | None = None) -> Record:
         """A record of the installed code (verified versions accumulate while the digests stay equal)."""

@@ -57,3 +57,34 @@ def test_the_readme_is_short_and_nothing_cites_a_file_outside_the_repository():
     citing = [p for p in tracked if p.endswith((".py", ".md", ".toml", ".yml", ".yaml"))
               and p != "tests/core/test_docs.py" and outside.search((ROOT / p).read_text(errors="replace"))]
     assert not citing, f"files citing DESIGN.md / SEED.md, which a checkout does not have: {citing}"
+
+
+def test_the_ci_docs_build_fails_on_a_broken_link(tmp_path):
+    """CI builds the site strictly without --quiet (which would stop mkdocs counting warnings); on a copy of
+    the docs with one broken link and one broken anchor, that build must fail and name them."""
+    command = next(line for line in (ROOT / ".ci" / "run").read_text().splitlines() if "mkdocs build" in line)
+    assert "--strict" in command and "--quiet" not in command and " -q" not in command
+    import shutil
+
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    for name in ("mkdocs.yml", "README.md", "CHANGELOG.md", "benchmarks", "rlaccel_plugins", "adapters"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    page = tmp_path / "docs" / "getting-started.md"
+    page.write_text(page.read_text() + "\n[a page that is not there](nowhere.md) [an anchor](sb3.md#no-such-heading)\n")
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert build.returncode != 0
+    assert "nowhere.md" in build.stderr and "no-such-heading" in build.stderr
+
+
+def test_the_built_site_names_no_machine_path_internal_wording_or_address_the_project_does_not_control(tmp_path):
+    site = tmp_path / "site"
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300,
+                           env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert build.returncode == 0, build.stderr[-2000:]
+    forbidden = re.compile(r"/work/|/root/|/home/\w|/tmp/(?!torchinductor_)|github\.com/rlaccel|the issue's|lent GPU")
+    found = {str(page.relative_to(site)): sorted(set(forbidden.findall(page.read_text())))
+             for page in site.rglob("*.html") if forbidden.search(page.read_text())}
+    assert not found, found

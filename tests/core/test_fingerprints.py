@@ -56,7 +56,7 @@ def test_changed_framework_code_makes_auto_run_the_framework_and_true_refuse(tmp
     monkeypatch.setattr(verified, "CODE", code)
     message = code.unverified("train:DQN")
     assert "stable_baselines3.dqn.dqn:DQN.train" in message and "stable-baselines3 2." in message
-    assert "Report it at" in message
+    assert "Report it to the rlaccel maintainers" in message
 
     def callback_for(setting):
         model = DQN("MlpPolicy", "CartPole-v1", learning_starts=0, train_freq=4, seed=0)
