@@ -20,5 +20,14 @@ def _generate(name: str) -> str:
     return makers[name]()
 
 
+# the code's docstrings cross-reference as Sphinx does (:class:`X`), which mkdocstrings renders as the role's
+# name then the code: the role is dropped, and a dotted path keeps its last name (the member itself)
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|meth|func|data|mod|attr|exc|obj):<code>~?(?:[\w.]*\.)?([\w]+(?:\(\))?)</code>")
+
+
 def on_page_markdown(markdown: str, **kwargs) -> str:
     return GENERATED.sub(lambda m: _generate(m.group(1)), markdown)
+
+
+def on_page_content(html: str, **kwargs) -> str:
+    return SPHINX_ROLE.sub(lambda m: f"<code>{m.group(1)}</code>", html)

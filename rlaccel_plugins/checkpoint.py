@@ -160,16 +160,29 @@ class CheckpointStore:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
+FIRST_TIMED_SECONDS = 30  # the first timed checkpoint: a run shorter than every_seconds can be resumed too
+
+
 class CheckpointSchedule:
     """When a training loop should checkpoint: every ``every`` env steps and every ``every_seconds`` of
-    wall time since the last checkpoint (0 turns either off), and at once when ``stop`` (a
-    :class:`StopSignal`, or None) has received a signal — after which the loop stops.
+    wall time since the last checkpoint (0 turns either off; the first timed one comes after at most
+    :data:`FIRST_TIMED_SECONDS`), and at once when ``stop`` (a :class:`StopSignal`, or None) has received a
+    signal — after which the loop stops.
 
     Examples:
         >>> schedule = CheckpointSchedule(every=100)
         >>> schedule.start(env_steps=250)
         >>> [schedule.due(s) for s in (260, 300, 350, 400)]
         [None, 'periodic', None, 'periodic']
+        >>> now = [0.0]
+        >>> timed = CheckpointSchedule(every=0, every_seconds=300, clock=lambda: now[0])
+        >>> timed.start(env_steps=0)
+        >>> for now[0] in (29.0, 30.0, 300.0, 330.0):
+        ...     print(now[0], timed.due(0))
+        29.0 None
+        30.0 timed
+        300.0 None
+        330.0 timed
     """
 
     def __init__(self, every: int, stop: StopSignal | None = None, every_seconds: float = 0,
@@ -177,6 +190,7 @@ class CheckpointSchedule:
         self.every, self.stop, self.every_seconds, self.clock = every, stop, every_seconds, clock
         self._cadence = EnvStepCadence(0)
         self._last = clock()
+        self._wait = min(every_seconds, FIRST_TIMED_SECONDS)
 
     def start(self, env_steps: int) -> None:
         """Begin (or resume) at ``env_steps``: the next periodic checkpoint is the next multiple of
@@ -184,6 +198,7 @@ class CheckpointSchedule:
         self._cadence = EnvStepCadence(self.every)
         self._cadence.start(env_steps)
         self._last = self.clock()
+        self._wait = min(self.every_seconds, FIRST_TIMED_SECONDS)
 
     def due(self, env_steps: int) -> str | None:
         """``"signal"``, ``"periodic"``, ``"timed"`` or None; an answer restarts the timer."""
@@ -191,11 +206,11 @@ class CheckpointSchedule:
             return "signal"
         if self._cadence.due(env_steps):
             reason = "periodic"
-        elif self.every_seconds and self.clock() - self._last >= self.every_seconds:
+        elif self.every_seconds and self.clock() - self._last >= self._wait:
             reason = "timed"
         else:
             return None
-        self._last = self.clock()
+        self._last, self._wait = self.clock(), self.every_seconds
         return reason
 
 
@@ -292,13 +307,16 @@ def _first_then_older(store: CheckpointStore, first: Checkpoint):
 
 
 def rng_state() -> dict:
-    """The global RNG states a resumed run needs: torch, numpy and Python's ``random``."""
+    """The global RNG states a resumed run needs: torch, numpy and Python's ``random``, in types
+    :func:`load_state` reads with ``weights_only=True`` (NumPy's key array as a tensor)."""
     import random
 
     import numpy as np
     import torch
 
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    return {"torch": torch.get_rng_state(), "numpy": (name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos,
+                                                       has_gauss, cached), "python": random.getstate()}
 
 
 def restore_rng(state: dict) -> None:
@@ -309,8 +327,30 @@ def restore_rng(state: dict) -> None:
     import torch
 
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.int64).astype(np.uint32), pos, has_gauss, cached))
     random.setstate(state["python"])
+
+
+TRUST_VARIABLE = "RLACCEL_TRUSTED_CHECKPOINT"
+
+
+def load_state(path: Path) -> Any:
+    """``torch.load(path, weights_only=True)``: tensors, numbers, strings and containers of them, so a checkpoint
+    from elsewhere cannot run code on ``--resume``. A file holding other objects (written by an older rlaccel)
+    is refused, unless :data:`TRUST_VARIABLE` is set to 1 for a file you trust."""
+    import pickle
+
+    import torch
+
+    if os.environ.get(TRUST_VARIABLE) == "1":
+        return torch.load(path, weights_only=False)
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        raise ConfigError(f"{path} holds objects beyond tensors and numbers, which loading would run as code. "
+                          f"Fix: if you trust where it came from (an older rlaccel wrote it), resume with "
+                          f"{TRUST_VARIABLE}=1.") from None
 
 
 class StopSignal:

@@ -72,7 +72,7 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--drop-in", dest="dropin", action="store_true",
                        help="the framework's own settings plus only the README's drop-in (tiered buffer and "
                             "AccelerateCallback / SparseDenseWrapper with the preset), no hyper-parameter changed")
-    train.add_argument("--logdir", default=None, help="where logs, model and config go (default runs/<task>-<time>)")
+    train.add_argument("--logdir", default=None, help="where logs, model and config go (default runs/FRAMEWORK-ALGO-ENV-TIME)")
     train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="config override, e.g. --set batch_size=128 --set sampling_ratio=[0.5,0.5]")
     train.add_argument("--hp", dest="hyperparams", action="append", default=[], metavar="KEY=VALUE",
@@ -247,6 +247,18 @@ def _ray_settings(args: argparse.Namespace) -> dict | None:
                         args.chunk_steps if args.chunk_steps is not None else 16, ordered=bool(args.ray_ordered))
 
 
+def default_logdir(framework: str, algo: str, env_id: str, when: str | None = None) -> str:
+    """Where a run without ``--logdir`` writes: ``runs/<framework>-<algo>-<env>-<time>``.
+
+    Examples:
+        >>> default_logdir("sb3", "dqn", "CartPole-v1", when="20261206-120000")
+        'runs/sb3-dqn-CartPole-v1-20261206-120000'
+    """
+    import time
+
+    return f"runs/{framework}-{algo}-{env_id}-{when or time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
@@ -267,7 +279,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if ray is not None and args.envs_per_actor is not None:
             overrides["parallel_envs"] = args.envs_per_actor
         config = load_config(preset=args.preset or "classic_control", **overrides)
-        logdir = args.logdir or f"runs/{args.framework}-{args.algo}-{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+        logdir = args.logdir or default_logdir(args.framework, args.algo, args.env)
         spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config,
                          steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, dropin=args.dropin,
                          eval_freq=args.eval_freq,
@@ -275,15 +287,18 @@ def cmd_train(args: argparse.Namespace) -> int:
                          progress=config.monitoring.progress_bar and not args.no_progress,
                          hyperparams=_parse_overrides(args.hyperparams, "--hp"), async_mode=args.async_mode,
                          ray=ray)
+    started = time.perf_counter()
     result = run_training(spec)
+    took = time.perf_counter() - started
     if result.stopped_by_signal is not None:
         print(f"{spec.variant}: stopped by signal {result.stopped_by_signal} at {result.env_steps:,} env steps; "
               f"checkpoint {result.checkpoint}; continue with: rlaccel train --resume {logdir}")
         return 128 + result.stopped_by_signal
     seconds, steps = result.time_to_threshold(spec.threshold)
-    reached = f"reached {spec.threshold:g} after {seconds:.1f} s / {steps:,} env steps" if seconds is not None \
-        else f"did not reach {spec.threshold} within {result.env_steps:,} env steps"
-    print(f"{spec.variant}: {reached}; final evaluation {result.final_eval}; saved to {logdir}")
+    reached = (f"reached {spec.threshold:g} after {seconds:.1f} s of training / {steps:,} env steps" if seconds is not None
+               else f"did not reach {spec.threshold} within {result.env_steps:,} env steps")
+    print(f"{spec.variant}: {reached}; final evaluation {result.final_eval}; the run took {took:.1f} s in all "
+          f"(evaluations and start-up included, where the training time leaves them out); saved to {logdir}")
     return 0
 
 
@@ -310,7 +325,13 @@ def cmd_presets_show(args: argparse.Namespace) -> int:
 
     from rlaccel_plugins.loader import get_preset
 
-    print(yaml.safe_dump(get_preset(args.name).to_dict(), sort_keys=False, default_flow_style=None), end="")
+    config = get_preset(args.name)
+    values = config.to_dict()
+    unread = config.replay_buffer.unread()
+    values["replay_buffer"] = {k: v for k, v in values["replay_buffer"].items() if k not in unread}
+    print(yaml.safe_dump(values, sort_keys=False, default_flow_style=None), end="")
+    if unread:
+        print(f"# not shown: {', '.join(unread)} (sampling: {config.replay_buffer.sampling} does not read them)")
     return 0
 
 

@@ -118,6 +118,21 @@ class ReplayBufferConfig:
     ere_updates: int = 1000
     """ERE: K, the updates of one sweep from the whole buffer to the newest window."""
 
+    def unread(self) -> list[str]:
+        """The keys this configuration's sampling does not read (``rlaccel presets show`` leaves them out).
+
+        Examples:
+            >>> ReplayBufferConfig(sampling="uniform").unread()[:3]
+            ['sampling_ratio', 'ratio_schedule', 'importance_beta']
+        """
+        ere = ["ere_eta", "ere_c_min", "ere_updates"]
+        tiers = ["sampling_ratio", "ratio_schedule", "importance_beta"]
+        if self.sampling in ("uniform", "cer"):
+            return [*tiers, "anneal_steps", *ere]
+        if self.sampling == "ere":
+            return tiers
+        return ere + (["anneal_steps"] if self.ratio_schedule == "constant" else [])
+
     def sampled(self) -> dict[str, Any]:
         """What a batch is drawn by: the scheme, the levels and (for ``tiers``) the ratios and their schedule.
 
@@ -276,7 +291,7 @@ class CheckpointConfig:
     every_steps: int = 0
     """Checkpoint every N env steps (0: off)."""
     every_seconds: int = 300
-    """Checkpoint every N seconds of wall time (0: off)."""
+    """Checkpoint every N seconds of wall time (0: off); the first after at most 30 s, so a short run can be resumed too."""
     keep: int = 3
     """Checkpoints kept; older ones are deleted once a newer one is complete."""
     on_signal: bool = True

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlaccel_plugins.config import AccelConfig
+from rlaccel_plugins.errors import ConfigError
 
 THRESHOLDS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0,
               "InvertedPendulum-v5": 950.0, "Pong-v5": 18.0, "PongNoFrameskip-v4": 18.0}
@@ -268,10 +269,7 @@ def run_training(spec: TrainSpec) -> TrainResult:
     if spec.resume:
         _find_resume_point(spec)
     adapter = get_plugin_manager().adapters.get(spec.framework)
-    if spec.logdir and not spec.resume:
-        Path(spec.logdir).mkdir(parents=True, exist_ok=True)
-        spec.save(Path(spec.logdir) / "spec.json")
-    run = start_wandb(spec) if spec.wandb else None
+    run = None
     try:
         # only a run with a --logdir can checkpoint; without one a signal keeps its usual effect
         with _torch_threads(spec.config), \
@@ -279,7 +277,12 @@ def run_training(spec: TrainSpec) -> TrainResult:
                 TrainingProgress(total=spec.steps, label=f"{spec.framework} {spec.algo} {spec.env_id} {spec.variant}",
                                  enabled=spec.progress) as progress:
             spec.stop = stop
+            # built first: a bad algorithm, env or setting is refused before the run folder exists
             training: TrainingRun = adapter.load("train")(spec)
+            if spec.logdir and not spec.resume:
+                Path(spec.logdir).mkdir(parents=True, exist_ok=True)
+                spec.save(Path(spec.logdir) / "spec.json")
+            run = start_wandb(spec) if spec.wandb else None
             clock = EvalClock()
             result = _result(spec, training, clock, training.learn(progress, clock))
     finally:
@@ -299,6 +302,13 @@ def _find_resume_point(spec: TrainSpec) -> None:
 
     from rlaccel_plugins.checkpoint import store_for
 
+    finished = Path(spec.logdir or "") / "result.json"
+    if spec.logdir and finished.exists():
+        result = json.loads(finished.read_text())
+        if result.get("stopped_by_signal") is None and result.get("env_steps", 0) >= spec.steps:
+            raise ConfigError(f"resume must name an unfinished run, got --resume {spec.logdir}, which finished "
+                              f"({result.get('env_steps', 0):,} of its {spec.steps:,} env steps; its model is kept as "
+                              "it is). To train longer, raise `steps` in its spec.json, or start a new run.")
     store = store_for(spec)
     if not store.has_any():
         logging.getLogger("rlaccel").warning("rlaccel: %s has no checkpoint yet (the run stopped before its first "

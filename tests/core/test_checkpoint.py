@@ -83,7 +83,7 @@ def _recorded(checkpoint_path):
 @pytest.mark.slow
 @pytest.mark.needs('stable_baselines3', 'tianshou')
 @pytest.mark.parametrize("framework", ["sb3", "tianshou"])
-def test_sigterm_writes_a_checkpoint_before_exit_and_resume_finishes(framework, tmp_path):
+def test_sigterm_writes_a_checkpoint_before_exit_and_resume_finishes(framework, tmp_path, capsys):
     process = _train(tmp_path, framework=framework, steps=100_000)
     _wait_for_training(process, tmp_path)
     time.sleep(1.0)
@@ -103,7 +103,13 @@ def test_sigterm_writes_a_checkpoint_before_exit_and_resume_finishes(framework, 
     assert resumed["env_steps"] == latest.step
     assert resumed["digests"] == _recorded(latest.path)  # the state rebuilt is the state saved
     assert resumed["digests"]["buffer"] == _buffer_digest(latest.path)
-    assert json.loads((tmp_path / "result.json").read_text())["env_steps"] >= latest.step + 1_000
+    finished = json.loads((tmp_path / "result.json").read_text())
+    assert finished["env_steps"] >= latest.step + 1_000
+    # a finished run says so, and keeps its model as it is
+    saved = Path(finished["model_path"]).read_bytes()
+    assert _resume_here(tmp_path) == 2
+    assert "resume must name an unfinished run" in capsys.readouterr().err
+    assert Path(finished["model_path"]).read_bytes() == saved
 
 
 @pytest.mark.needs('stable_baselines3')
@@ -238,3 +244,28 @@ def test_a_run_killed_before_its_first_checkpoint_starts_over_on_resume(tmp_path
         assert main(["train", "--resume", str(tmp_path), "--no-progress"]) == 0
     assert "has no checkpoint yet" in caplog.text
     assert json.loads((tmp_path / "result.json").read_text())["env_steps"] >= 400
+
+
+def test_checkpoint_state_loads_without_running_code_and_a_file_that_would_is_refused(tmp_path, monkeypatch):
+    import random
+
+    import numpy as np
+    import torch
+
+    from rlaccel_plugins.checkpoint import TRUST_VARIABLE, load_state, restore_rng, rng_state
+
+    state = {"clock": {"seconds": 1.5}, "rng": rng_state(), "env_steps": 3}
+    drawn = (np.random.rand(), random.random(), torch.rand(1).item())
+    torch.save(state, tmp_path / "state.pt")
+    restore_rng(load_state(tmp_path / "state.pt")["rng"])  # weights_only=True reads it
+    assert (np.random.rand(), random.random(), torch.rand(1).item()) == drawn
+
+    class Payload:  # what a crafted checkpoint would carry: an object whose unpickling runs code
+        def __reduce__(self):
+            return (print, ("ran",))
+
+    torch.save({"evil": Payload()}, tmp_path / "crafted.pt")
+    with pytest.raises(ConfigError, match=f"loading would run as code.*{TRUST_VARIABLE}=1"):
+        load_state(tmp_path / "crafted.pt")
+    monkeypatch.setenv(TRUST_VARIABLE, "1")
+    assert load_state(tmp_path / "crafted.pt") == {"evil": None}  # the caller's explicit trust

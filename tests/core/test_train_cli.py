@@ -27,6 +27,7 @@ def test_train_saves_model_config_and_evaluation_curve(framework, stock, tmp_pat
     assert "batch_size: 32" in (tmp_path / "rlaccel.yaml").read_text()
     out = capsys.readouterr().out
     assert ("stock:" if stock else "rlaccel[classic_control]:") in out
+    assert "the run took" in out and "evaluations and start-up included" in out
     tags = tensorboard_tags(tmp_path)
     assert "eval/mean_reward" in tags
     if not stock:
@@ -205,3 +206,21 @@ def test_the_callers_replay_config_reaches_the_buffers_rlaccel_builds(monkeypatc
     buffer = TieredVectorReplayBuffer(config.replay_buffer.capacity, 2, replay_config=config.replay_buffer)
     assert buffer.sampler.ratio_schedule == "anneal" and buffer.anneal_steps == 777
     assert buffer.sampler.layout.level_capacity.tolist() == [5000, 45000]
+
+
+@pytest.mark.parametrize("algo", ["dqnn", "sac"])  # unknown; continuous actions only, on CartPole
+def test_a_bad_algorithm_is_refused_before_the_run_folder_exists(algo, tmp_path, capsys):
+    logdir = tmp_path / "run"
+    assert main(["train", "--framework", "sb3", "--algo", algo, "--env", "CartPole-v1", "--steps", "100",
+                 "--no-progress", "--logdir", str(logdir)]) == 2
+    assert "algo must" in capsys.readouterr().err
+    assert not logdir.exists()
+
+
+def test_presets_show_only_the_keys_their_sampling_reads(capsys):
+    assert main(["presets", "show", "atari"]) == 0
+    shown = capsys.readouterr().out
+    assert "sampling: uniform" in shown and "sampling_ratio" not in shown.split("# not shown")[0]
+    assert "# not shown: sampling_ratio, ratio_schedule, importance_beta" in shown
+    assert main(["presets", "show", "default"]) == 0
+    assert "sampling_ratio: [0.7, 0.2, 0.08, 0.02]" in capsys.readouterr().out

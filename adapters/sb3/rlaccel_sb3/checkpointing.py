@@ -15,6 +15,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from rlaccel_plugins.checkpoint import (
     Checkpoint,
+    load_state,
     load_verified,
     note_resume,
     restore_rng,
@@ -51,7 +52,7 @@ class Checkpoints:
 
         first = self.spec.resume_from or self.store.require_latest()
         model, checkpoint, digests = load_verified(self.store, first, load, _digests)
-        state = torch.load(checkpoint.path / "state.pt", weights_only=False)
+        state = load_state(checkpoint.path / "state.pt")
         self.clock.restore(state["clock"])
         if self.sparse is not None and state["sparse"] is not None:
             self.sparse.load_state_dict(state["sparse"])

@@ -16,6 +16,7 @@ import torch
 
 from rlaccel_plugins.checkpoint import (
     Checkpoint,
+    load_state,
     load_verified,
     note_resume,
     restore_rng,
@@ -51,13 +52,13 @@ class Checkpoints:
         state); restores weights, clock and RNG."""
 
         def load(checkpoint: Checkpoint):
-            self.algorithm.load_state_dict(torch.load(checkpoint.path / "algorithm.pt", weights_only=False))
+            self.algorithm.load_state_dict(load_state(checkpoint.path / "algorithm.pt"))
             with open(checkpoint.path / "replay.pkl", "rb") as f:
                 return pickle.load(f)
 
         first = self.spec.resume_from or self.store.require_latest()
         buffer, checkpoint, digests = load_verified(self.store, first, load, self._digests)
-        state = torch.load(checkpoint.path / "state.pt", weights_only=False)
+        state = load_state(checkpoint.path / "state.pt")
         self.clock.restore(state["clock"])
         restore_rng(state["rng"])
         note_resume(self.spec.logdir, checkpoint, state["env_steps"], digests)
