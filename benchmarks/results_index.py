@@ -326,6 +326,14 @@ def figures_table(figures: list[Figure], link: bool) -> str:
     return "\n".join(rows)
 
 
+def study_plots() -> list[tuple[str, Path]]:
+    """The learning study's per-task IQM figures, in the report's task order."""
+    from rlaccel_plugins.bench.study_report import slug
+
+    stats = json.loads((STUDY / "stats.json").read_text())
+    return [(task, STUDY / f"iqm-{slug(task)}.png") for task in stats["tasks"] if (STUDY / f"iqm-{slug(task)}.png").exists()]
+
+
 def learning_section() -> str:
     """The learning study's decision table, summary and plots, from its stats.json (the report's own tables)."""
     from rlaccel_plugins.bench.study_report import decision_table, summary_table
@@ -339,7 +347,9 @@ def learning_section() -> str:
               "follow: [Learning study](learning.md)."), "",
              "### What the no-argument default samples, per algorithm family", "", decision_table(stats), "",
              "### Every task and variant", "", summary_table(stats), "",
-             "![IQM sample-efficiency curves](img/learning-iqm_curves.png)", "",
+             "### Learning curves", "",
+             *[f"![IQM sample-efficiency curves, {task}](img/learning-{path.name})\n" for task, path in study_plots()],
+             "### P(X > Y), every pair and task", "",
              "![Probability of improvement](img/learning-probability_of_improvement.png)", ""]
     return "\n".join(lines)
 
@@ -456,8 +466,8 @@ def build_readme(readme: str) -> str:
 def outputs() -> dict[Path, str | bytes]:
     out: dict[Path, str | bytes] = {INDEX: build_index(), ROOT / "docs" / "results.md": build_results_page(),
                                     ROOT / "README.md": build_readme((ROOT / "README.md").read_text())}
-    for plot in ("iqm_curves.png", "probability_of_improvement.png"):
-        out[ROOT / "docs" / "img" / f"learning-{plot}"] = (STUDY / plot).read_bytes()
+    for plot in [path for _, path in study_plots()] + [STUDY / "probability_of_improvement.png"]:
+        out[ROOT / "docs" / "img" / f"learning-{plot.name}"] = plot.read_bytes()
     return out
 
 

@@ -56,7 +56,7 @@ AREA_VS_REACHED = ("P(X > Y) and the IQM area score the whole curve; *reached 47
 def run_demo(seeds: int = 5, steps: int = 30_000, out: str = "demo-results", workers: int | None = None,
              segments: int = 6, segment_steps: int = 1_500, first_seed: int = 0) -> dict[str, Any]:
     """Run the demo; prints both measures and the sentence, writes ``results.md``, ``results.json`` and
-    ``iqm_curves.png`` to ``out``."""
+    ``iqm-sb3-dqn-cartpole-v1.png`` to ``out``."""
     from rlaccel_plugins.bench.host import HostMeter, verdict
     from rlaccel_plugins.bench.runner import raw_env_steps_per_s
     from rlaccel_plugins.bench.speed import measure_task

@@ -418,8 +418,21 @@ def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def slug(task: str) -> str:
+    """A task's name in a file name.
+
+    Examples:
+        >>> slug("sb3 DQN CartPole-v1, gradient_steps=16")
+        'sb3-dqn-cartpole-v1-gradient_steps-16'
+    """
+    import re
+
+    return re.sub(r"[^a-z0-9_.]+", "-", task.lower()).strip("-")
+
+
 def plot(records: list[dict[str, Any]], stats: dict[str, Any], out: Path) -> list[Path]:
-    """IQM sample-efficiency curves with 95% CI bands (one panel per task) and the P(X > Y) chart."""
+    """IQM sample-efficiency curves with 95% CI bands (``iqm-<task>.png``, one figure per task) and the P(X > Y)
+    chart (``probability_of_improvement.png``)."""
     try:
         import matplotlib
     except ImportError:
@@ -428,9 +441,9 @@ def plot(records: list[dict[str, Any]], stats: dict[str, Any], out: Path) -> lis
     import matplotlib.pyplot as plt
 
     written = []
-    keys = [k for k, t in stats["tasks"].items() if "budget" in t]
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.2), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    for old in out.glob("iqm-*.png"):  # a task no longer in the runs leaves no stale figure
+        old.unlink()
+    for key in [k for k, t in stats["tasks"].items() if "budget" in t]:
         task = stats["tasks"][key]
         curves: dict[str, list] = {}
         steps: list[int] = []
@@ -444,6 +457,7 @@ def plot(records: list[dict[str, Any]], stats: dict[str, Any], out: Path) -> lis
                 curves.setdefault(record["variant"], []).append(curve)
         if not curves:
             continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
         length = min(len(c) for cs in curves.values() for c in cs)
         matrices = {v: np.array([c[:length] for c in cs]) for v, cs in curves.items()}
         points, intervals = ls.iqm_curves(matrices)
@@ -458,11 +472,11 @@ def plot(records: list[dict[str, Any]], stats: dict[str, Any], out: Path) -> lis
         ax.set_xlabel("env steps (thousands)")
         ax.set_ylabel("IQM normalised return (1 = threshold)")
         ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    path = out / "iqm_curves.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+        fig.tight_layout()
+        path = out / f"iqm-{slug(key)}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
 
     pairs = [(key, pair, value["poi"]) for key, task in stats["tasks"].items() for pair, value in task["pairs"].items()
              if "poi" in value and not value.get("refused")]

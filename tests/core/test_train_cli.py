@@ -86,7 +86,7 @@ def test_demo_shows_speed_and_learning_apart_and_says_what_to_expect(tmp_path, c
     assert 0 < low <= high
     rows = results["stats"]["tasks"]["sb3 DQN CartPole-v1"]["rows"]
     assert {name: row["runs"] for name, row in rows.items()} == {"stock": 2, "drop-in, no argument": 2}
-    assert (tmp_path / "iqm_curves.png").stat().st_size > 10_000
+    assert (tmp_path / "iqm-sb3-dqn-cartpole-v1.png").stat().st_size > 10_000
     out = capsys.readouterr().out
     assert "The drop-in ran the same learning work" in out and "with 2 seeds each" in out
     assert "Host: raw env steps/s before the speed measure and after the learning runs: " in out
