@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import inspect
 import itertools
 import json
+import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
@@ -183,4 +185,103 @@ def api_markdown() -> str:
             out += [f"::: {path}", "    options:", "      heading_level: 3", ""]
     out += ["## Plugin hooks", "", "::: rlaccel_plugins.hookspecs", "    options:", "      heading_level: 3",
             "      show_root_heading: false", ""]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ the problems page
+@dataclass(frozen=True)
+class Problem:
+    """One message the package can print or raise: its kind, where, and its text (``…`` where a value goes)."""
+
+    kind: str        # "error", "warning" (RlaccelWarning) or "log" (a warning logged on the ``rlaccel`` logger)
+    where: str       # the module, e.g. "rlaccel_sb3.buffers"
+    text: str
+
+
+def _template(node: ast.AST) -> str | None:
+    """The text of a message expression: constants kept, every computed part shown as ``…``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(str(v.value) if isinstance(v, ast.Constant) else "…" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _template(node.left), _template(node.right)
+        return None if left is None and right is None else (left or "…") + (right or "…")
+    return None
+
+
+def _message(call: ast.Call) -> tuple[str, str] | None:
+    """``(kind, text)`` of a call that raises or prints a message, or None."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    if name == "invalid" and len(call.args) >= 2:
+        param, must = _template(call.args[0]) or "…", _template(call.args[1]) or "…"
+        fix = _template(call.args[3]) if len(call.args) > 3 else ""
+        return "error", f"{param} must {must}, got {param}=…. {fix or ''}".strip()
+    if name == "ConfigError" and call.args:
+        return "error", _template(call.args[0]) or "…"
+    if name == "warn" and len(call.args) >= 2 and getattr(call.args[1], "id", "") == "RlaccelWarning":
+        return "warning", _template(call.args[0]) or "…"
+    if name == "warning" and isinstance(call.func, ast.Attribute) and call.args:
+        text = _template(call.args[0]) or "…"
+        return "log", re.sub(r"%[-0-9.]*[sdrf]", "…", text)
+    return None
+
+
+def problems() -> list[Problem]:
+    """Every error, RlaccelWarning and logged warning the core and both adapters can produce, read from their
+    source (so the page lists what the code says, not a copy)."""
+    from pathlib import Path
+
+    import rlaccel_plugins
+
+    roots = [Path(rlaccel_plugins.__file__).parent]
+    for adapter in ("rlaccel_sb3", "rlaccel_tianshou"):
+        spec = importlib.util.find_spec(adapter)
+        if spec is not None and spec.origin:
+            roots.append(Path(spec.origin).parent)
+    found = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            module = ".".join((root.name, *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and (message := _message(node)):
+                    found.append(Problem(message[0], module, " ".join(message[1].split())))
+    return list(dict.fromkeys(found))
+
+
+def problems_markdown() -> str:
+    """One table per kind: where the message comes from and what it says (its fix is part of it)."""
+    titles = {"warning": "Warnings (`RlaccelWarning`)", "log": "Logged warnings (the `rlaccel` logger)",
+              "error": "Errors (`ConfigError`, a `ValueError`)"}
+    out = []
+    every = problems()
+    for kind, title in titles.items():
+        rows = [p for p in every if p.kind == kind]
+        out += ["", f"### {title}", "", "| from | message (… stands for a value) |", "|---|---|"]
+        out += [f"| `{p.where}` | {p.text.replace('|', '&#124;').replace('<', '&lt;')} |" for p in rows]
+    return "\n".join(out).lstrip("\n")
+
+
+# ------------------------------------------------------------------ the installation page
+DISTRIBUTION = "rlaccel-plugins"
+
+
+def install_markdown() -> str:
+    """What ``pip install rlaccel-plugins[...]`` brings: the Python it needs, the core requirements and each
+    extra's, read from the installed package's metadata."""
+    from importlib import metadata
+
+    info = metadata.metadata(DISTRIBUTION)
+    core: list[str] = []
+    extras: dict[str, list[str]] = {name: [] for name in info.get_all("Provides-Extra") or []}
+    for line in metadata.requires(DISTRIBUTION) or []:
+        requirement, _, marker = line.partition(";")
+        found = re.search(r'extra == "([^"]+)"', marker)
+        if found:
+            extras[found.group(1)].append(requirement.strip())
+        else:
+            core.append(line.strip())
+    out = [f"Python {info['Requires-Python']}; always installed: " + ", ".join(f"`{r}`" for r in core) + ".", "",
+           "| extra | installs |", "|---|---|"]
+    out += [f"| `{name}` | " + ", ".join(f"`{r}`" for r in requirements) + " |" for name, requirements in extras.items()]
     return "\n".join(out)

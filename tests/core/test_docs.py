@@ -98,3 +98,13 @@ def test_the_readmes_resume_example_names_the_folder_a_run_writes():
 
     assert f"rlaccel train --resume {default_logdir('sb3', 'dqn', 'CartPole-v1', when='<time>')} " in \
         (ROOT / "README.md").read_text()
+
+
+def test_the_troubleshooting_page_lists_the_messages_the_code_raises():
+    found = reference.problems()
+    texts = {p.kind: [q.text for q in found if q.kind == p.kind] for p in found}
+    assert len(texts["error"]) > 100 and len(texts["warning"]) >= 4 and len(texts["log"]) >= 8
+    assert any(t.startswith("sampling_ratio must sum to 1") for t in texts["error"])
+    assert any("torch.compile failed for the compiled update" in t for t in texts["warning"])
+    assert "| `rlaccel_plugins.checkpoint` | rlaccel: skipping checkpoint …" in reference.problems_markdown()
+    assert "<!-- generated: problems -->" in (ROOT / "docs" / "troubleshooting.md").read_text()
