@@ -116,6 +116,19 @@ class Figure:
     date: str
     source: str  # the results file, relative to the repository
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "machine", machine_name(self.machine))
+
+
+def machine_name(described: str) -> str:
+    """One name per kind of machine, however a results file describes it: ``NVIDIA H200 GPU``, or
+    ``CPU, N cores (model)``; the file itself keeps the full description."""
+    if "H200" in described or "H100" in described:
+        return "NVIDIA " + re.search(r"H[12]00", described).group(0) + " GPU"  # type: ignore[union-attr]
+    cores = re.search(r"(\d+) (?:cores|torch threads)", described)
+    model = re.search(r"\(([^)]*(?:EPYC|Xeon)[^)]*)\)", described)
+    return "CPU" + (f", {cores.group(1)} cores" if cores else "") + (f" ({model.group(1)})" if model else "")
+
 
 def _last_block(path: Path) -> tuple[list[str], str]:
     """The last ``$ command`` block of a results text file (the latest run it holds) and its date: on

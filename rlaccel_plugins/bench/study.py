@@ -140,7 +140,9 @@ TASKS["cartpole-dqn-demo"] = replace(TASKS["cartpole-dqn"], variants=(
     TASKS["cartpole-dqn"].variants[0], replace(drop_in("sb3", "default"), name=NO_ARGUMENT)))
 STUDY_TASKS = ("cartpole-dqn", "acrobot-dqn", "cartpole-tianshou")
 FAMILY_TASKS = ("pendulum-v1-sac", "pendulum-v1-td3", "cartpole-qrdqn", "pendulum-sac", "double-pendulum-sac")
-VOLUME_STEPS = (16, 64, 256)  # RL Zoo's CartPole DQN: 128 gradient steps of 64 per 256 env steps (the study's)
+VOLUME_STEPS = (16, 64, 256)
+# RL Zoo's CartPole DQN, the sweep's base (the study's own task): 128 gradient steps of batch 64 per 256 env steps
+VOLUME_BASE = {"gradient_steps": 128, "batch_size": 64, "train_freq": 256}
 TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in ("cartpole-dqn", "acrobot-dqn", "pendulum-sac")})
 TASKS.update({f"cartpole-dqn-gs{g}": replay_volume(TASKS["cartpole-dqn"], g) for g in VOLUME_STEPS})
 STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {

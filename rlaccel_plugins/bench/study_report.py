@@ -28,6 +28,8 @@ from rlaccel_plugins.bench.study import (
     TASKS,
     TIERS,
     UNIFORM,
+    VOLUME_BASE,
+    VOLUME_STEPS,
     read_runs,
     study_commands,
 )
@@ -360,6 +362,31 @@ def decision_table(stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def volume_rows(stats: dict[str, Any]) -> list[tuple[int, float, dict[str, Any]]]:
+    """The replay-volume sweep's points: ``(gradient_steps, samples per env step, P(article tiers > uniform)
+    entry)``, the study's own CartPole DQN task as the sweep's base point."""
+    base = TASKS["cartpole-dqn"]
+    points = [(VOLUME_BASE["gradient_steps"], base.key)] + [
+        (dict(TASKS[f"cartpole-dqn-gs{g}"].hyperparams)["gradient_steps"], TASKS[f"cartpole-dqn-gs{g}"].key)
+        for g in VOLUME_STEPS]
+    rows = []
+    for steps, key in sorted(points):
+        pair = stats["tasks"].get(key, {}).get("pairs", {}).get(f"{ARTICLE} > {UNIFORM}")
+        if pair and "poi_by" in pair:
+            rows.append((steps, steps * VOLUME_BASE["batch_size"] / VOLUME_BASE["train_freq"], pair))
+    return rows
+
+
+def volume_table(stats: dict[str, Any]) -> str:
+    """The replay-volume sweep as a table (the docs include it): P(article tiers > uniform) per point."""
+    lines = ["| gradient steps per 256 env steps | samples per env step | runs | P area | first half | second half "
+             "| final |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for steps, samples, pair in volume_rows(stats):
+        lines.append(f"| {steps} | {samples:g} | {min(pair['runs'])} | {_poi(pair)} | {_poi(pair, 'early')} | "
+                     f"{_poi(pair, 'late')} | {_poi(pair, 'final')} |")
+    return "\n".join(lines)
+
+
 def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [f"# Learning study: {meta.get('study', '')}", "",
              (f"Commands, in order: {'; '.join(f'`{c}`' for c in study_commands(meta))}; updated "
@@ -521,8 +548,10 @@ def write_report(out: str | Path, reps: int = ls.REPS) -> dict[str, Any]:
     (out / "stats.json").write_text(json.dumps(stats, indent=2, default=str))
     text = markdown(stats, meta)
     (out / "report.md").write_text(text)
-    if stats["decisions"]:  # the docs include this table as it is
+    if stats["decisions"]:  # the docs include these tables as they are
         (out / "decisions.md").write_text(decision_table(stats) + "\n")
+    if len(volume_rows(stats)) > 1:
+        (out / "volume.md").write_text(volume_table(stats) + "\n")
     plots = plot(records, stats, out)
     print(text)
     print(f"written: {out / 'stats.json'}, {out / 'report.md'}" + "".join(f", {p}" for p in plots))
