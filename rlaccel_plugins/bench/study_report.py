@@ -379,8 +379,8 @@ def volume_rows(stats: dict[str, Any]) -> list[tuple[int, float, dict[str, Any]]
 
 def volume_table(stats: dict[str, Any]) -> str:
     """The replay-volume sweep as a table (the docs include it): P(article tiers > uniform) per point."""
-    lines = ["| gradient steps per 256 env steps | samples per env step | runs | P area | first half | second half "
-             "| final |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [("| gradient steps per 256 env steps | samples per env step | runs | P area | first half | second half "
+              "| final |"), "|---:|---:|---:|---:|---:|---:|---:|"]
     for steps, samples, pair in volume_rows(stats):
         lines.append(f"| {steps} | {samples:g} | {min(pair['runs'])} | {_poi(pair)} | {_poi(pair, 'early')} | "
                      f"{_poi(pair, 'late')} | {_poi(pair, 'final')} |")
