@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 from rlaccel_sb3 import AccelerateCallback, TieredReplayBuffer
+from rlaccel_sb3.fused.registry import COMPILED
 from rlaccel_sb3.train import zoo_settings
 
 from rlaccel_plugins.bench.report import machine
@@ -58,7 +59,7 @@ TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
          "td3-pendulum": Task("td3", "Pendulum-v1", 3_000, 10_500),
          "ppo-cartpole": Task("ppo", "CartPole-v1", 16_384, 2_048)}
 VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "drop-in", "drop-in + compiled", "SBX")
-COMPILED_ALGOS = ("dqn", "sac")  # algorithms with a compiled step (training.compiled_updates)
+COMPILED_ALGOS = tuple(name.lower() for name in COMPILED)  # algorithms with a compiled step (the registry's)
 
 
 def sbx_available() -> bool:

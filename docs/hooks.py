@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-GENERATED = re.compile(r"<!-- generated: ([a-z-]+) -->")
+GENERATED = re.compile(r"<!-- generated: ([a-z0-9-]+) -->")
 
 
 def _generate(name: str) -> str:
@@ -15,7 +15,7 @@ def _generate(name: str) -> str:
     makers = {"config": reference.config_markdown, "presets": reference.presets_markdown,
               "cli": reference.cli_markdown, "verified": reference.verified_markdown,
               "api": reference.api_markdown, "problems": reference.problems_markdown,
-              "install": reference.install_markdown}
+              "install": reference.install_markdown, "support-sb3": reference.support_markdown}
     if name not in makers:
         raise ValueError(f"docs: no generator named {name!r}; known: {sorted(makers)}")
     return makers[name]()

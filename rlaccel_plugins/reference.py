@@ -262,6 +262,16 @@ def problems_markdown() -> str:
     return "\n".join(out).lstrip("\n")
 
 
+# ------------------------------------------------------------------ the support table
+def support_markdown() -> str:
+    """The SB3 fused-path registry as a table (``rlaccel_sb3.fused.registry``), or a note without SB3's adapter."""
+    try:  # the adapter is optional: the core never imports it by name
+        registry = importlib.import_module("rlaccel_sb3.fused.registry")
+    except ImportError:
+        return "*(the SB3 adapter is not installed here)*"
+    return registry.support_markdown()
+
+
 # ------------------------------------------------------------------ the installation page
 DISTRIBUTION = "rlaccel-plugins"
 

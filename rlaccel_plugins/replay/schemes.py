@@ -19,12 +19,41 @@ scheme only decides which ages a batch reads, and each sampled row still reports
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
 from rlaccel_plugins.config import ReplayBufferConfig
 from rlaccel_plugins.replay.sampler import SampledIndices, TieredSampler
 from rlaccel_plugins.replay.tiers import TierLayout
+
+
+class Sampler(Protocol):
+    """What every sampling scheme is: the contract the engine and both adapters' buffers rely on.
+
+    It draws over one ring of ``layout.total_rows`` rows per env stream, newest at ``pos - 1``; it owns its
+    random stream (``rng``, a NumPy ``Generator``: nothing else draws from it) and counts the rows it drew
+    per level (``level_samples``, the buffers' ``level_samples/L<i>`` metric). Its whole state for a
+    checkpoint is ``state_dict()``. ``progress`` (added transitions / ``anneal_steps``) drives schedules.
+    """
+
+    layout: TierLayout
+    rng: np.random.Generator
+    level_samples: np.ndarray
+
+    def draw(self, batch_size: int, stored_rows: int, pos: int, progress: float = 0.0) -> SampledIndices:
+        """``batch_size`` (row, env) pairs from streams in lock-step (``stored_rows`` filled, next write ``pos``)."""
+        ...
+
+    def draw_streams(self, batch_size: int, stored_rows: np.ndarray, pos: np.ndarray,
+                     progress: float = 0.0) -> SampledIndices:
+        """The same for streams that are not in lock-step (per-stream fill and write position)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class WindowSampler:
@@ -158,8 +187,18 @@ class EreSampler(WindowSampler):
         self.drawn = int(state.get("drawn", 0))
 
 
-def make_sampler(layout: TierLayout, replay: ReplayBufferConfig, seed: int | None = None):
-    """The sampler ``replay.sampling`` names, over ``layout``.
+# the schemes by name: what ``sampling:`` may say (besides ``auto``, resolved per family before this), and how
+# each is built from the replay config; a new scheme is one entry here, its class and its counting test
+SCHEMES: dict[str, Callable[[TierLayout, ReplayBufferConfig, int | None], Sampler]] = {
+    "tiers": lambda layout, r, seed: TieredSampler(layout, r.sampling_ratio, r.ratio_schedule, r.importance_beta, seed),
+    "uniform": lambda layout, r, seed: UniformSampler(layout, seed),
+    "ere": lambda layout, r, seed: EreSampler(layout, r.ere_eta, r.ere_c_min, r.ere_updates, seed),
+    "cer": lambda layout, r, seed: CerSampler(layout, seed),
+}
+
+
+def make_sampler(layout: TierLayout, replay: ReplayBufferConfig, seed: int | None = None) -> Sampler:
+    """The sampler ``replay.sampling`` names (:data:`SCHEMES`), over ``layout``.
 
     Examples:
         >>> import rlaccel_plugins as rla
@@ -171,8 +210,4 @@ def make_sampler(layout: TierLayout, replay: ReplayBufferConfig, seed: int | Non
         from rlaccel_plugins.replay.evidence import resolve_sampling
 
         replay = resolve_sampling(replay)
-    if replay.sampling == "tiers":
-        return TieredSampler(layout, replay.sampling_ratio, replay.ratio_schedule, replay.importance_beta, seed)
-    if replay.sampling == "ere":
-        return EreSampler(layout, replay.ere_eta, replay.ere_c_min, replay.ere_updates, seed)
-    return {"uniform": UniformSampler, "cer": CerSampler}[replay.sampling](layout, seed)
+    return SCHEMES[replay.sampling](layout, replay, seed)

@@ -108,3 +108,11 @@ def test_the_troubleshooting_page_lists_the_messages_the_code_raises():
     assert any("torch.compile failed for the compiled update" in t for t in texts["warning"])
     assert "| `rlaccel_plugins.checkpoint` | rlaccel: skipping checkpoint …" in reference.problems_markdown()
     assert "<!-- generated: problems -->" in (ROOT / "docs" / "troubleshooting.md").read_text()
+
+
+def test_the_readme_support_table_names_the_registrys_sb3_algorithms():
+    from rlaccel_sb3.fused.registry import SUPPORTED
+
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| fused update"))
+    sb3 = row.split("|")[2].split("(")[0]
+    assert [name.strip().replace("-", "") for name in sb3.split(",")] == list(SUPPORTED)

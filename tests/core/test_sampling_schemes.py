@@ -125,3 +125,22 @@ def test_ratios_a_user_sets_are_used_whatever_sampling_the_preset_has():
     assert uniform.merged({"batch_size": 64}).replay_buffer.sampling == "uniform"
     assert uniform.merged({"sampling_ratio": [0.4, 0.3, 0.2, 0.1], "sampling": "cer"}).replay_buffer.sampling == "cer"
     assert rla.load_config(uniform.to_dict()).replay_buffer.sampling == "uniform"  # a whole saved config: as saved
+
+
+def test_every_scheme_named_by_the_config_is_registered_and_keeps_the_sampler_contract():
+    from rlaccel_plugins.config import SAMPLING_SCHEMES
+    from rlaccel_plugins.replay.schemes import SCHEMES, Sampler
+
+    assert set(SAMPLING_SCHEMES) == {"auto", *SCHEMES}
+    layout = TierLayout([10, 90], num_envs=2)
+    for name in SCHEMES:
+        replay = rla.load_config(sampling=name, levels=2, level_capacity=[10, 90], sampling_ratio=[0.5, 0.5],
+                                 ere_c_min=10).replay_buffer
+        sampler = make_sampler(layout, replay, seed=0)
+        assert all(hasattr(sampler, a) for a in (*Sampler.__annotations__, "draw", "draw_streams", "state_dict"))
+        drawn = sampler.draw(32, stored_rows=50, pos=50)
+        assert len(drawn.rows) == 32 and sampler.level_samples.sum() == 32
+        state = sampler.state_dict()
+        again = sampler.draw(8, stored_rows=50, pos=50).rows
+        sampler.load_state_dict(state)
+        assert np.array_equal(sampler.draw(8, stored_rows=50, pos=50).rows, again), name

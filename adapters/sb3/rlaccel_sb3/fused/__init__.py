@@ -19,8 +19,8 @@ loss, ``.item()``, backward, clip, step):
   ops, without module calls or distribution objects (``rlaccel_sb3.flat_actor_critic``).
 
 One module per algorithm family — :mod:`.value_based` (DQN, QR-DQN), :mod:`.actor_critic` (SAC,
-TD3, DDPG), :mod:`.on_policy` (PPO, A2C) — over :mod:`.batches` and :mod:`.common`; :func:`trains`
-is the dispatch table. Equal to SB3's ``train()``, tested step by step (losses, gradients, parameters, optimizer state, RNG):
+TD3, DDPG), :mod:`.on_policy` (PPO, A2C) — over :mod:`.batches` and :mod:`.common`; :mod:`.registry`
+lists the algorithms, and :func:`trains`, the dispatch table, is derived from it. Equal to SB3's ``train()``, tested step by step (losses, gradients, parameters, optimizer state, RNG):
 see ``tests/equivalence/test_sb3_fused.py`` for the tolerance and where the op order differs.
 """
 
@@ -28,11 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rlaccel_sb3.fused import actor_critic, on_policy, value_based
 from rlaccel_sb3.fused.common import GraphsPerModel
-from rlaccel_sb3.fused.compiled_sac import CompiledSACStep
+from rlaccel_sb3.fused.registry import ALGORITHMS, COMPILED, SUPPORTED
 
-SUPPORTED = ("DQN", "QRDQN", "SAC", "TD3", "DDPG", "PPO", "A2C")  # algorithms with an equivalence-tested fused train()
+__all__ = ["SUPPORTED", "compiled_unavailable", "fused_train_for", "trains"]
 
 
 def fused_train_for(model, guard=None, cuda_graphs: bool = True,
@@ -65,25 +64,15 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
 
 def compiled_unavailable(model) -> str | None:
     """Why ``model``'s gradient steps cannot run compiled (``training.compiled_updates``), or None."""
-    from stable_baselines3 import DQN, SAC
-
-    builds = {DQN.train: value_based.compiled_dqn_step, SAC.train: CompiledSACStep.build}
-    build = builds.get(type(model).train)
-    if build is None:
-        return f"{type(model).__name__} has no compiled step (DQN and SAC have)"
-    step = build(model, compile=False)
+    entry = next((a for a in ALGORITHMS if a.compiled and a.own_train() is type(model).train), None)
+    if entry is None:
+        return f"{type(model).__name__} has no compiled step ({' and '.join(COMPILED)} have)"
+    step = entry.builder("compiled")(model, compile=False)
     return step if isinstance(step, str) else None
 
 
 def trains() -> dict[Callable, Callable]:
     """The dispatch table: SB3's own ``train`` → the builder of its fused one,
-    ``build(model, graphs, fused_optimizer) -> train``."""
-    from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
-
-    table = {DQN.train: value_based.dqn_train, SAC.train: actor_critic.sac_train,
-             TD3.train: actor_critic.td3_train,  # DDPG's too: SB3's DDPG inherits TD3.train
-             PPO.train: on_policy.ppo_train, A2C.train: on_policy.a2c_train}
-    qrdqn = value_based.qrdqn_own_train()
-    if qrdqn is not None:
-        table[qrdqn] = value_based.qrdqn_train
-    return table
+    ``build(model, graphs, fused_optimizer) -> train``, for every :data:`~rlaccel_sb3.fused.registry.ALGORITHMS`
+    entry whose package is installed (an algorithm inheriting a ``train`` — SB3's DDPG — finds it by that)."""
+    return {own: entry.builder() for entry in ALGORITHMS if (own := entry.own_train()) is not None}

@@ -22,15 +22,6 @@ from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, st
 from rlaccel_sb3.training_mode import set_training_mode
 
 
-def qrdqn_own_train():
-    """``sb3_contrib.QRDQN.train``, or None without sb3-contrib."""
-    try:
-        from sb3_contrib import QRDQN
-    except ImportError:  # sb3-contrib is optional
-        return None
-    return QRDQN.train
-
-
 def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callable, loss_of: Callable,
                  graphs: GraphsPerModel, network_of: Callable, fused_optimizer: bool = False,
                  compiled_of: Callable | None = None) -> None:

@@ -1,0 +1,103 @@
+"""The SB3 algorithms rlaccel has a fused update for: one entry each, the one place that says so.
+
+From it come the dispatch (:func:`rlaccel_sb3.fused.trains`), ``SUPPORTED``, the compiled steps
+(:func:`rlaccel_sb3.fused.compiled_unavailable`), the framework code each update is verified against
+(:mod:`rlaccel_sb3.verified`) and the docs' support table. Adding an algorithm is one entry here, its
+builder in the family module, and its equivalence test (docs: Contributing). Strings only: importing this
+imports no framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+
+SB3, CONTRIB = "stable_baselines3", "sb3_contrib"
+_RATE = f"{SB3}.common.base_class:BaseAlgorithm._update_learning_rate"
+_POLYAK = f"{SB3}.common.utils:polyak_update"
+_REPLAY = (f"{SB3}.common.buffers:ReplayBuffer.sample", f"{SB3}.common.buffers:ReplayBuffer._get_samples")
+_ROLLOUT = (f"{SB3}.common.buffers:RolloutBuffer.get", f"{SB3}.common.buffers:RolloutBuffer._get_samples")
+_MODE = f"{SB3}.common.policies:BaseModel.set_training_mode"
+_CRITIC = (f"{SB3}.common.policies:ContinuousCritic.forward", f"{SB3}.common.policies:ContinuousCritic.q1_forward")
+ACTOR_CRITIC_POLICY = (f"{SB3}.common.policies:ActorCriticPolicy.evaluate_actions",
+                 f"{SB3}.common.policies:ActorCriticPolicy._get_action_dist_from_latent",
+                 f"{SB3}.common.policies:ActorCriticPolicy.extract_features",
+                 f"{SB3}.common.torch_layers:MlpExtractor.forward")
+
+
+@dataclass(frozen=True)
+class FusedAlgorithm:
+    """One SB3 algorithm whose ``train()`` rlaccel runs fused.
+
+    ``build`` and ``compiled`` name ``module:function`` in ``rlaccel_sb3.fused``: ``build(model, graphs,
+    fused_optimizer) -> train``; ``compiled(model, compile=True) -> step | why not``. ``replaces``: the
+    framework code the update computes as (fingerprinted in ``verified.json``). ``runs_for``: the
+    algorithms that inherit this ``train`` (SB3's DDPG runs TD3's).
+    """
+
+    name: str
+    package: str
+    family: str
+    build: str
+    replaces: tuple[str, ...]
+    compiled: str | None = None
+    runs_for: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The key of its ``verified.json`` record."""
+        return f"train:{self.name}"
+
+    def own_train(self) -> Callable | None:
+        """The framework's ``train`` this replaces, or None when its package is not installed."""
+        try:
+            return getattr(import_module(self.package), self.name).train
+        except ImportError:
+            return None
+
+    def builder(self, which: str = "build") -> Callable:
+        module, _, name = getattr(self, which).partition(":")
+        target: object = import_module(f"rlaccel_sb3.fused.{module}")
+        for part in name.split("."):
+            target = getattr(target, part)
+        return target  # type: ignore[return-value]
+
+
+ALGORITHMS = (
+    FusedAlgorithm("DQN", SB3, "value_based", "value_based:dqn_train",
+                   (f"{SB3}.dqn.dqn:DQN.train", f"{SB3}.dqn.policies:QNetwork.forward", _RATE, _MODE, *_REPLAY),
+                   compiled="value_based:compiled_dqn_step"),
+    FusedAlgorithm("QRDQN", CONTRIB, "value_based", "value_based:qrdqn_train",
+                   (f"{CONTRIB}.qrdqn.qrdqn:QRDQN.train", f"{CONTRIB}.qrdqn.policies:QuantileNetwork.forward",
+                    f"{CONTRIB}.common.utils:quantile_huber_loss", _RATE, _MODE, *_REPLAY)),
+    FusedAlgorithm("SAC", SB3, "actor_critic", "actor_critic:sac_train",
+                   (f"{SB3}.sac.sac:SAC.train", f"{SB3}.sac.policies:Actor.action_log_prob",
+                    f"{SB3}.sac.policies:Actor.get_action_dist_params",
+                    f"{SB3}.common.distributions:SquashedDiagGaussianDistribution.log_prob",
+                    f"{SB3}.common.distributions:SquashedDiagGaussianDistribution.log_prob_from_params",
+                    *_CRITIC, _POLYAK, _RATE, _MODE, *_REPLAY),
+                   compiled="compiled_sac:CompiledSACStep.build"),
+    FusedAlgorithm("TD3", SB3, "actor_critic", "actor_critic:td3_train",
+                   (f"{SB3}.td3.td3:TD3.train", f"{SB3}.td3.policies:Actor.forward", *_CRITIC, _POLYAK, _RATE, _MODE,
+                    *_REPLAY), runs_for=("DDPG",)),
+    FusedAlgorithm("PPO", SB3, "on_policy", "on_policy:ppo_train",
+                   (f"{SB3}.ppo.ppo:PPO.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE)),
+    FusedAlgorithm("A2C", SB3, "on_policy", "on_policy:a2c_train",
+                   (f"{SB3}.a2c.a2c:A2C.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE)),
+)
+
+# the algorithms with an equivalence-tested fused train(), those that inherit one included
+SUPPORTED = tuple(name for a in ALGORITHMS for name in (a.name, *a.runs_for))
+COMPILED = tuple(a.name for a in ALGORITHMS if a.compiled)
+
+
+def support_markdown() -> str:
+    """The docs' table: each algorithm, its family module, what runs compiled, the code it is verified against."""
+    rows = ["| algorithm | fused update (`rlaccel_sb3.fused`) | compiled step | replaces (verified) |",
+            "|---|---|---|---|"]
+    for a in ALGORITHMS:
+        names = " / ".join((a.name, *a.runs_for))
+        rows.append(f"| {names} | `{a.family}` | {'yes' if a.compiled else '—'} | "
+                    f"`{a.replaces[0].split(':')[1]}` and {len(a.replaces) - 1} more |")
+    return "\n".join(rows)
