@@ -20,9 +20,7 @@ from typing import Any, Protocol
 
 from rlaccel_plugins.config import AccelConfig
 from rlaccel_plugins.errors import ConfigError
-
-THRESHOLDS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0,
-              "InvertedPendulum-v5": 950.0, "Pong-v5": 18.0, "PongNoFrameskip-v4": 18.0}
+from rlaccel_plugins.tasks import TaskInfo, task_info
 
 
 @dataclass
@@ -92,7 +90,12 @@ class TrainSpec:
 
     @property
     def threshold(self) -> float | None:
-        return self.stop_at if self.stop_at is not None else THRESHOLDS.get(self.env_id)
+        return self.stop_at if self.stop_at is not None else self.task.threshold
+
+    @property
+    def task(self) -> TaskInfo:
+        """What rlaccel knows about the run's env (:mod:`rlaccel_plugins.tasks`), resolved once."""
+        return task_info(self.env_id)
 
     @property
     def own_recipe(self) -> bool:
@@ -245,10 +248,9 @@ def check_env_id(env_id: str) -> None:
     import gymnasium as gym
 
     from rlaccel_plugins.errors import ConfigError, did_you_mean
-    from rlaccel_plugins.parallel.atari import is_atari
     from rlaccel_plugins.parallel.factory import envpool_env_ids
 
-    if env_id in gym.registry or env_id in envpool_env_ids() or is_atari(env_id):
+    if env_id in gym.registry or env_id in envpool_env_ids() or task_info(env_id).atari:
         return
     known = [*gym.registry, *envpool_env_ids()]
     hint = did_you_mean(env_id, known) or " List them with: python -c \"import gymnasium; gymnasium.pprint_registry()\""

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlaccel_plugins.bench.processes import process_context, with_environment
 from rlaccel_plugins.bench.suites import UNIFORM_REPLAY, Task, Variant
-from rlaccel_plugins.training import THRESHOLDS
+from rlaccel_plugins.tasks import task_info
 
 
 def variant_config(variant: Variant):
@@ -38,7 +38,7 @@ def run_one(task: Task, variant: Variant, seed: int) -> dict[str, Any]:
                      stop_at=float("inf") if task.fixed_steps else None)
     started = time.perf_counter()
     result = run_training(spec)
-    threshold = THRESHOLDS.get(task.env_id)
+    threshold = task_info(task.env_id).threshold
     seconds, env_steps = result.time_to_threshold(threshold)
     train = max(result.train_seconds, 1e-9)
     return {"task": task.env_id, "variant": variant.name, "role": variant.role, "seed": seed, "cap": steps,
@@ -149,7 +149,7 @@ def run_bench(suite: str, seeds: int = 5, frameworks: tuple[str, ...] = ("sb3", 
                + f" --out {out}")
     results = {"suite": suite, "seeds": seeds, "command": command, "date": time.strftime("%Y-%m-%d"),
                "machine": report.machine(),
-               "thresholds": {t.env_id: THRESHOLDS.get(t.env_id) for t in tasks}, **raw}
+               "thresholds": {t.env_id: task_info(t.env_id).threshold for t in tasks}, **raw}
     results["summary"] = report.summarize(results["records"])
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)

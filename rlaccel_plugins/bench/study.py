@@ -95,9 +95,12 @@ def study_variants(framework: str, algo: str, preset: str, budget: int,
     return tuple(variants)
 
 
-def _task(env_id: str, framework: str, algo: str, preset: str, budget: int, eval_freq: int, threshold: float,
+def _task(env_id: str, framework: str, algo: str, preset: str, budget: int, eval_freq: int,
           requires: str | None = None, candidates: bool = True) -> StudyTask:
-    return StudyTask(env_id, framework, algo, budget, eval_freq, threshold,
+    """A study task; its threshold is the task registry's (:mod:`rlaccel_plugins.tasks`)."""
+    from rlaccel_plugins.tasks import THRESHOLDS
+
+    return StudyTask(env_id, framework, algo, budget, eval_freq, THRESHOLDS[env_id],
                      study_variants(framework, algo, preset, budget, candidates), requires)
 
 
@@ -122,15 +125,15 @@ def replay_volume(task: StudyTask, gradient_steps: int) -> StudyTask:
 # more than the 5k steps of training); the MuJoCo SAC tasks at 30k, which the area score needs no threshold for;
 # Tianshou's CartPole example at 40k.
 TASKS = {
-    "cartpole-dqn": _task("CartPole-v1", "sb3", "dqn", "classic_control", 50_000, 2_500, 475.0),
-    "acrobot-dqn": _task("Acrobot-v1", "sb3", "dqn", "classic_control", 50_000, 5_000, -100.0),
-    "cartpole-tianshou": _task("CartPole-v1", "tianshou", "dqn", "classic_control", 40_000, 2_000, 475.0),
-    "cartpole-qrdqn": _task("CartPole-v1", "sb3", "qrdqn", "classic_control", 50_000, 2_500, 475.0, candidates=False),
-    "pendulum-v1-sac": _task("Pendulum-v1", "sb3", "sac", "mujoco", 20_000, 1_000, -200.0, candidates=False),
-    "pendulum-v1-td3": _task("Pendulum-v1", "sb3", "td3", "mujoco", 20_000, 1_000, -200.0, candidates=False),
-    "pendulum-sac": _task("InvertedPendulum-v5", "sb3", "sac", "mujoco", 30_000, 1_500, 950.0, requires="mujoco",
+    "cartpole-dqn": _task("CartPole-v1", "sb3", "dqn", "classic_control", 50_000, 2_500),
+    "acrobot-dqn": _task("Acrobot-v1", "sb3", "dqn", "classic_control", 50_000, 5_000),
+    "cartpole-tianshou": _task("CartPole-v1", "tianshou", "dqn", "classic_control", 40_000, 2_000),
+    "cartpole-qrdqn": _task("CartPole-v1", "sb3", "qrdqn", "classic_control", 50_000, 2_500, candidates=False),
+    "pendulum-v1-sac": _task("Pendulum-v1", "sb3", "sac", "mujoco", 20_000, 1_000, candidates=False),
+    "pendulum-v1-td3": _task("Pendulum-v1", "sb3", "td3", "mujoco", 20_000, 1_000, candidates=False),
+    "pendulum-sac": _task("InvertedPendulum-v5", "sb3", "sac", "mujoco", 30_000, 1_500, requires="mujoco",
                           candidates=False),
-    "double-pendulum-sac": _task("InvertedDoublePendulum-v5", "sb3", "sac", "mujoco", 30_000, 1_500, 9_100.0,
+    "double-pendulum-sac": _task("InvertedDoublePendulum-v5", "sb3", "sac", "mujoco", 30_000, 1_500,
                                  requires="mujoco", candidates=False),
 }
 # the demo's: stock against the drop-in as a user gets it with no argument (the sampling the default resolves

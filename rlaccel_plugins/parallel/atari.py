@@ -9,9 +9,12 @@ raw grey pixels differ from ale-py's on the first frame (0.06% after preprocessi
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
+
+from rlaccel_plugins.tasks import is_atari, register_ale
+
+__all__ = ["AtariOptions", "is_atari", "register_ale"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class AtariOptions:
         import numpy as np
         from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TransformReward
 
-        _register_ale()
+        register_ale()
         env = gym.make(f"ALE/{env_id}", frameskip=1, repeat_action_probability=self.repeat_action_probability,
                        max_num_frames_per_episode=self.max_episode_frames)
         env = AtariPreprocessing(env, noop_max=self.noop_max, frame_skip=self.frame_skip,
@@ -52,18 +55,3 @@ class AtariOptions:
         return FrameStackObservation(env, self.stack)
 
 
-def _register_ale() -> None:
-    import ale_py
-    import gymnasium as gym
-
-    gym.register_envs(ale_py)
-
-
-def is_atari(env_id: str) -> bool:
-    """Whether ``env_id`` (envpool style, e.g. ``"Pong-v5"``) is an Atari game ale-py can run."""
-    if importlib.util.find_spec("ale_py") is None:
-        return False
-    import gymnasium as gym
-
-    _register_ale()
-    return f"ALE/{env_id}" in gym.registry

@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from rlaccel_plugins.errors import ConfigError, did_you_mean, invalid
+from rlaccel_plugins.tasks import task_info
 
 BACKENDS = ("auto", "envpool", "gymnasium")
 
@@ -21,10 +22,6 @@ def envpool_env_ids() -> frozenset[str]:
     return frozenset(envpool.list_all_envs())
 
 
-# Tasks whose step costs microseconds: envpool's worker threads cost more in hand-offs than they save
-# (measured CartPole, 4 envs, 2 cores: 183 us per vector step with a thread per env, 70 us with one).
-CHEAP_TASKS = frozenset({"CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
-                         "Pendulum-v1"})
 
 
 def envpool_threads(env_id: str, num_envs: int) -> int:
@@ -37,7 +34,7 @@ def envpool_threads(env_id: str, num_envs: int) -> int:
     """
     from rlaccel_plugins.hardware import cpu_count
 
-    return 1 if env_id in CHEAP_TASKS else max(1, min(num_envs, cpu_count()))
+    return 1 if task_info(env_id).cheap else max(1, min(num_envs, cpu_count()))
 
 
 # Below this many envs a microsecond task steps faster in-process: measured CartPole, 4 envs, 2 cores:
@@ -49,7 +46,7 @@ def envpool_pays(env_id: str, num_envs: int) -> bool:
     """Whether envpool is the faster way to step ``num_envs`` copies of ``env_id`` (and can run it)."""
     if env_id not in envpool_env_ids():
         return False
-    return env_id not in CHEAP_TASKS or num_envs >= ENVPOOL_MIN_ENVS_FOR_CHEAP_TASKS
+    return not task_info(env_id).cheap or num_envs >= ENVPOOL_MIN_ENVS_FOR_CHEAP_TASKS
 
 
 def choose_backend(env_id: str, backend: str, num_envs: int | None = None) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecMonitor
 
-from rlaccel_plugins.parallel.atari import is_atari
 from rlaccel_plugins.parallel.factory import choose_backend
+from rlaccel_plugins.tasks import task_info
 from rlaccel_sb3.envpool_vec_env import EnvPoolVecEnv
 
 
@@ -16,7 +16,7 @@ def make_env(env_id: str, n_envs: int, seed: int, accelerated: bool, evaluation:
     Atari follows RL Zoo: SB3's ``AtariWrapper`` + 4-frame stack on ``<Game>NoFrameskip-v4`` for stock,
     envpool with the same preprocessing for rlaccel; evaluation envs score whole games, unclipped.
     """
-    if is_atari(env_id):
+    if task_info(env_id).atari:
         if accelerated:
             options = dict(episodic_life=False, reward_clip=False) if evaluation else {}
             return VecMonitor(EnvPoolVecEnv(env_id, num_envs=n_envs, seed=seed, sb3_atari=True, **options))

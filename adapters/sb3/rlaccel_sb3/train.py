@@ -29,8 +29,8 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
-from rlaccel_plugins.parallel.atari import is_atari
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
+from rlaccel_plugins.tasks import task_info
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, update_cadence
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import AccelerateCallback, SparseDenseCallback
@@ -76,7 +76,7 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
 
 def zoo_settings(algo: str, env_id: str) -> dict[str, Any]:
     """RL Zoo's settings for the task (its ``atari`` entry for Atari games; SB3's defaults otherwise)."""
-    return copy.deepcopy(ZOO.get((algo, "atari" if is_atari(env_id) else env_id), {}))
+    return copy.deepcopy(ZOO.get((algo, task_info(env_id).recipe), {}))
 
 
 def build(spec: TrainSpec):
@@ -110,7 +110,7 @@ def build(spec: TrainSpec):
             kwargs["buffer_size"] = rb.capacity
             if rb.n_step != "auto":
                 kwargs["n_steps"] = rb.n_step  # handed to the tiered buffer below
-        if training.net_arch != "auto" and not is_atari(spec.env_id):
+        if training.net_arch != "auto" and not spec.task.atari:
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
     if spec.dropin and is_off_policy:  # the README's drop-in on the framework's own recipe: nothing else changes
         buffer_size = kwargs.get("buffer_size", inspect.signature(cls).parameters["buffer_size"].default)
@@ -124,7 +124,7 @@ def build(spec: TrainSpec):
         kwargs["replay_buffer_kwargs"].update(n_steps=kwargs.pop("n_steps"), gamma=kwargs.get("gamma", 0.99))
     env = make_env(spec.env_id, n_envs, spec.seed, accelerated=not spec.own_recipe)
     tensorboard = spec.logdir if spec.logdir and spec.config.monitoring.tensorboard else None
-    policy = "CnnPolicy" if is_atari(spec.env_id) else "MlpPolicy"
+    policy = "CnnPolicy" if spec.task.atari else "MlpPolicy"
     model = cls(policy, env, seed=spec.seed, tensorboard_log=tensorboard, verbose=0, **kwargs)
     return model, callbacks
 
@@ -207,7 +207,7 @@ def check_algo_fits(algo: str, env_id: str) -> None:
 
 def action_space_of(env_id: str):
     """The action space of ``env_id`` without building a training env."""
-    if is_atari(env_id):
+    if task_info(env_id).atari:
         return gym.spaces.Discrete(18)  # every Atari game's actions are discrete
     if env_id in gym.registry:
         env = gym.make(env_id)
