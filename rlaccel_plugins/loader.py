@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from rlaccel_plugins.config import AccelConfig, find_project_config, read_config_file
+from rlaccel_plugins.config import AccelConfig, ReplayBufferConfig, find_project_config, read_config_file
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.plugins import get_plugin_manager
 
@@ -78,3 +78,22 @@ def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any)
             raise
         raise ConfigError(f"{exc} (in the config file {path})") from None
     return from_file.merged(overrides)
+
+
+def resolve_replay_config(capacity: int, num_envs: int = 1, preset: str | None = None,
+                          **overrides: Any) -> ReplayBufferConfig:
+    """The tiers a framework buffer of ``capacity`` transitions gets from the ambient configuration.
+
+    For buffers SB3 or Tianshou build from a class name (the config-flag feature: ``RLACCEL_PRESET``,
+    ``RLACCEL_CONFIG``, ``[tool.rlaccel]``): the preset in effect is :func:`load_config`'s (the argument,
+    then the environment, then the file). ``level_capacity`` in ``overrides`` wins and sets the capacity;
+    else the tiers are sized by :func:`~rlaccel_plugins.replay.sizing.tiers_for_capacity`. Other overrides
+    (ratios, schedule, beta) apply on top.
+    """
+    from rlaccel_plugins.replay.sizing import tiers_for_capacity
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    config = load_config(preset=preset, **given)
+    if "level_capacity" in given:
+        return config.replay_buffer
+    return tiers_for_capacity(config.replay_buffer, capacity, num_envs, preset=config.preset)

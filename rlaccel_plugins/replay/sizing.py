@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-from typing import Any
 
 from rlaccel_plugins.config import ReplayBufferConfig
 from rlaccel_plugins.errors import invalid
-from rlaccel_plugins.loader import load_config
 
 logger = logging.getLogger("rlaccel")
 
@@ -71,28 +68,12 @@ def fit_tiers(replay: ReplayBufferConfig, capacity: int, num_envs: int = 1) -> R
     return fitted
 
 
-def resolve_replay_config(capacity: int, num_envs: int = 1, preset: str | None = None,
-                          **overrides: Any) -> ReplayBufferConfig:
-    """The tiers a framework buffer of ``capacity`` transitions gets from the ambient configuration.
-
-    For buffers SB3 or Tianshou build from a class name (the config-flag feature: ``RLACCEL_PRESET``,
-    ``RLACCEL_CONFIG``, ``[tool.rlaccel]``). ``level_capacity`` in ``overrides`` wins and sets the
-    capacity; else the tiers are sized by :func:`tiers_for_capacity`. Other overrides (ratios,
-    schedule, beta) apply on top.
-    """
-    given = {k: v for k, v in overrides.items() if v is not None}
-    config = load_config(preset=preset, **given).replay_buffer
-    if "level_capacity" in given:
-        return config
-    return tiers_for_capacity(config, capacity, num_envs, preset=preset)
-
-
 def tiers_for_capacity(replay: ReplayBufferConfig, capacity: int, num_envs: int = 1, *,
                        preset: str | None = None) -> ReplayBufferConfig:
-    """``replay``'s tiers in a buffer of ``capacity`` transitions: a named preset's (``preset``, or
-    ``RLACCEL_PRESET``) are fitted (:func:`fit_tiers`); the default's (no preset, or ``default``: one meaning)
-    keep their proportions, scaled (:func:`scale_tiers`)."""
-    named = preset if preset is not None else os.environ.get("RLACCEL_PRESET") or None
-    if named not in (None, "default"):
+    """``replay``'s tiers in a buffer of ``capacity`` transitions: a named ``preset``'s are fitted
+    (:func:`fit_tiers`); the default's (no preset, or ``default``: one meaning) keep their proportions,
+    scaled (:func:`scale_tiers`). Which preset is in effect is the loader's answer
+    (:func:`rlaccel_plugins.loader.resolve_replay_config`)."""
+    if preset not in (None, "default"):
         return fit_tiers(replay, capacity, num_envs)
     return scale_tiers(replay, capacity, num_envs)

@@ -31,10 +31,10 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from rlaccel_plugins.config import ReplayBufferConfig, _int
 from rlaccel_plugins.errors import ConfigError, RlaccelWarning, invalid
+from rlaccel_plugins.loader import resolve_replay_config
 from rlaccel_plugins.replay import TieredReplay
 from rlaccel_plugins.replay.evidence import resolve_sampling, sb3_algorithm_building
 from rlaccel_plugins.replay.sampler import seed_from_numpy_global_state
-from rlaccel_plugins.replay.sizing import resolve_replay_config
 
 
 def as_stored_row(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -19,10 +19,10 @@ import pandas as pd
 from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager
 
 from rlaccel_plugins.config import ReplayBufferConfig
+from rlaccel_plugins.loader import resolve_replay_config
 from rlaccel_plugins.replay import TierLayout
 from rlaccel_plugins.replay.evidence import resolve_sampling
 from rlaccel_plugins.replay.schemes import make_sampler
-from rlaccel_plugins.replay.sizing import resolve_replay_config
 from rlaccel_tianshou.kernel_cache import cache_tianshou_kernels
 
 cache_tianshou_kernels()  # before anything here compiles Tianshou's numba kernels
