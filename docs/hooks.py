@@ -15,7 +15,8 @@ def _generate(name: str) -> str:
     makers = {"config": reference.config_markdown, "presets": reference.presets_markdown,
               "cli": reference.cli_markdown, "verified": reference.verified_markdown,
               "api": reference.api_markdown, "problems": reference.problems_markdown,
-              "install": reference.install_markdown, "support-sb3": reference.support_markdown}
+              "install": reference.install_markdown, "support-sb3": reference.support_markdown,
+              "support-tianshou": lambda: reference.support_markdown("rlaccel_tianshou")}
     if name not in makers:
         raise ValueError(f"docs: no generator named {name!r}; known: {sorted(makers)}")
     return makers[name]()

@@ -263,12 +263,12 @@ def problems_markdown() -> str:
 
 
 # ------------------------------------------------------------------ the support table
-def support_markdown() -> str:
-    """The SB3 fused-path registry as a table (``rlaccel_sb3.fused.registry``), or a note without SB3's adapter."""
-    try:  # the adapter is optional: the core never imports it by name
-        registry = importlib.import_module("rlaccel_sb3.fused.registry")
+def support_markdown(adapter: str = "rlaccel_sb3") -> str:
+    """An adapter's fused-path registry as a table (``<adapter>.fused.registry``), or a note without it."""
+    try:  # the adapters are optional: the core never imports one by name
+        registry = importlib.import_module(f"{adapter}.fused.registry")
     except ImportError:
-        return "*(the SB3 adapter is not installed here)*"
+        return f"*({adapter} is not installed here)*"
     return registry.support_markdown()
 
 

@@ -74,8 +74,8 @@ def test_fused_dqn_update_is_tianshous_bit_for_bit(kind, kwargs):
 def test_a_one_line_change_to_the_returns_breaks_the_equivalence(monkeypatch):
     from rlaccel_tianshou.fused import common
 
-    original = common._obs_next
-    monkeypatch.setattr(common, "_obs_next", lambda buffer, indices: original(buffer, indices) * 1.0001)
+    original = common.next_observations
+    monkeypatch.setattr(common, "next_observations", lambda buffer, indices: original(buffer, indices) * 1.0001)
     stock, fused = _stock_and_fused(_algorithm(), "vector")
     assert differences(stock["stats"], fused["stats"])
 
@@ -267,7 +267,7 @@ def test_a_one_line_change_to_an_actor_critic_update_breaks_the_equivalence(monk
             pairs = algorithm._lagged_networks._lagged_network_pairs
             polyak_update_([p.data for pair in pairs for p in pair.source.parameters()],
                            [p.data for pair in pairs for p in pair.target.parameters()], algorithm.tau)
-        monkeypatch.setattr(actor_critic, "_polyak", sb3_rounding)
+        monkeypatch.setattr(actor_critic, "polyak", sb3_rounding)
     stock, fused = _stock_and_fused(_actor_critic(name), "vector")
     assert differences(stock["state"], fused["state"])
 

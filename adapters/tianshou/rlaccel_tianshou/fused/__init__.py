@@ -16,8 +16,8 @@ Polyak target update in three multi-tensor ops with Tianshou's rounding. Tiansho
 tested step by step (``tests/equivalence/test_tianshou_fused.py``).
 
 One module per algorithm family — :mod:`.value_based` (DQN, QR-DQN), :mod:`.actor_critic` (DDPG,
-TD3, SAC), :mod:`.on_policy` (PPO) — over :mod:`.common`; :func:`fused_update_for` holds the dispatch
-table. Fused: ``DQN`` (plain and double, Huber or MSE, any n-step, with or without a target network) and
+TD3, SAC), :mod:`.on_policy` (PPO) — over :mod:`.common`, each with its algorithms' eligibility checks;
+:mod:`.registry` lists the algorithms, and :func:`fused_update_for` dispatches from it. Fused: ``DQN`` (plain and double, Huber or MSE, any n-step, with or without a target network) and
 ``QRDQN`` on a Tianshou ``Net``; ``DDPG``, ``TD3`` and ``SAC`` (fixed or auto-tuned alpha) with
 Tianshou's ``ContinuousActorDeterministic`` / ``ContinuousActorProbabilistic`` actor and
 ``ContinuousCritic`` critics; with buffers of array observations, ``stack_num=1`` and without
@@ -30,63 +30,24 @@ from collections.abc import Callable
 from typing import Any
 
 from rlaccel_tianshou.flat_networks import first_parameter
-from rlaccel_tianshou.fused import actor_critic, on_policy, value_based
-from rlaccel_tianshou.fused.common import _on_nets, _on_policy_update, _update, fusable_buffer
+from rlaccel_tianshou.fused.common import fusable_buffer, off_policy_update, on_policy_update
+from rlaccel_tianshou.fused.registry import ALGORITHMS, SUPPORTED
 
-__all__ = ["SUPPORTED", "first_parameter", "fusable_buffer", "fused_update_for"]
-
-SUPPORTED = ("DQN and QRDQN on a Tianshou Net", "DDPG, TD3, SAC and PPO with Tianshou's actors and critics on a Net")
+__all__ = ["SUPPORTED", "first_parameter", "fusable_buffer", "fused_update_for", "learns"]
 
 
 def fused_update_for(algorithm) -> Callable[[Any, Any, int | None], Any] | None:
-    """``update(wrapper, buffer, sample_size)`` fusing ``algorithm``'s update, or None where there is
-    no equivalence-tested one (exact classes only: a subclass may change the update)."""
-    from tianshou.algorithm import DDPG, DQN, PPO, QRDQN, SAC, TD3
-    from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
-    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
-    from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
-    from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy, ProbabilisticActorPolicy
-    from tianshou.algorithm.modelfree.sac import AutoAlpha, FixedAlpha, SACPolicy
-    from tianshou.utils.net.common import Net
-    from tianshou.utils.net.continuous import (
-        ContinuousActorDeterministic,
-        ContinuousActorProbabilistic,
-        ContinuousCritic,
-    )
-    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
-
-    kind = type(algorithm)
-    policy = algorithm.policy
-    if kind in (DQN, QRDQN):
-        policy_class = DiscreteQLearningPolicy if kind is DQN else QRDQNPolicy
-        if type(policy) is policy_class and type(policy.model) is Net:
-            return _update(learns()[kind])
+    """``update(wrapper, buffer, sample_size)`` fusing ``algorithm``'s update, or None where there is no
+    equivalence-tested one: a class not in the registry (exact classes only: a subclass may change the
+    update), or networks and policies its family's eligibility check does not cover."""
+    entry = next((a for a in ALGORITHMS if a.algorithm_class() is type(algorithm)), None)
+    if entry is None or not entry.builder("eligible")(algorithm):
         return None
-    if kind is PPO:
-        actors, critics = (DiscreteActor, ContinuousActorProbabilistic), (DiscreteCritic, ContinuousCritic)
-        if type(policy) in (ProbabilisticActorPolicy, DiscreteActorPolicy) and _on_nets(policy.actor, actors) \
-                and _on_nets(algorithm.critic, critics):
-            return _on_policy_update(learns()[kind])
-        return None
-    if kind not in (DDPG, TD3, SAC):
-        return None
-    critics = [algorithm.critic] + ([algorithm.critic2] if kind in (TD3, SAC) else [])
-    if not all(_on_nets(c, (ContinuousCritic,)) for c in critics):
-        return None
-    if kind is SAC:
-        if type(policy) is SACPolicy and _on_nets(policy.actor, (ContinuousActorProbabilistic,)) \
-                and type(algorithm.alpha) in (FixedAlpha, AutoAlpha):
-            return _update(learns()[kind])
-        return None
-    if type(policy) is ContinuousDeterministicPolicy and _on_nets(policy.actor, (ContinuousActorDeterministic,)):
-        return _update(learns()[kind])
-    return None
+    wrap = on_policy_update if entry.on_policy else off_policy_update
+    return wrap(entry.builder("learn"))
 
 
 def learns() -> dict[type, Callable]:
     """The dispatch table: a Tianshou algorithm class → its family's fused learning step,
-    ``learn(wrapper, algorithm, buffer, indices, weight, ...)``."""
-    from tianshou.algorithm import DDPG, DQN, PPO, QRDQN, SAC, TD3
-
-    return {DQN: value_based.dqn_learn, QRDQN: value_based.qrdqn_learn, DDPG: actor_critic.ddpg_learn,
-            TD3: actor_critic.td3_learn, SAC: actor_critic.sac_learn, PPO: on_policy.ppo_learn}
+    ``learn(wrapper, algorithm, buffer, indices, weight, ...)`` (from the registry)."""
+    return {entry.algorithm_class(): entry.builder("learn") for entry in ALGORITHMS}

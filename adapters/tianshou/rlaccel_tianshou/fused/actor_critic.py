@@ -10,21 +10,22 @@ from rlaccel_plugins.fused import zero_grad
 from rlaccel_plugins.fused.distributions import normal_log_prob, normal_rsample
 from rlaccel_tianshou.flat_networks import forward_of, is_mode_free, lagged, parameters_of
 from rlaccel_tianshou.fused.common import (
-    _as_input,
-    _clip_and_step,
-    _nstep_returns,
-    _plain_step,
-    _polyak,
-    _step,
-    _training,
-    _weights,
+    algorithm_step,
+    as_input,
+    clip_and_step,
+    nstep_returns,
+    on_nets,
+    plain_step,
+    polyak,
+    training,
+    weights_of,
 )
 
 
 def _critic_step(critic, optimizer, obs: torch.Tensor, act: torch.Tensor, returns: torch.Tensor, weight):
     """``_minimize_critic_squared_loss``: one critic's squared TD loss and optimizer step."""
     loss = _critic_loss(critic, obs, act, returns, weight)
-    _step(optimizer, loss)
+    algorithm_step(optimizer, loss)
     return loss
 
 
@@ -47,7 +48,7 @@ def _twin_critic_steps(critics: tuple, optimizers: tuple, obs: torch.Tensor, act
         zero_grad(optimizer._optim)
     torch.autograd.backward(losses)
     for optimizer in optimizers:
-        _clip_and_step(optimizer)
+        clip_and_step(optimizer)
     return losses
 
 
@@ -61,7 +62,7 @@ def _disjoint(critics: tuple, optimizers: tuple) -> bool:
     in fp32, so it is a user's patch that this keeps)."""
     if torch.Tensor.backward is not _TENSOR_BACKWARD or critics[0] is critics[1]:
         return False
-    if not all(_plain_step(optimizer) and optimizer._module is critic for critic, optimizer in zip(critics, optimizers)):
+    if not all(plain_step(optimizer) and optimizer._module is critic for critic, optimizer in zip(critics, optimizers)):
         return False
     owned = [{id(p) for p in parameters_of(critic)} for critic in critics]
     if owned[0] & owned[1]:
@@ -74,7 +75,7 @@ def _actor_critic_inputs(algorithm, buffer, indices: np.ndarray, weight, returns
     """The sampled observations and actions (arrays for the layer trace, tensors for the networks) and
     the importance weights."""
     obs_np, act_np = buffer.obs[indices], buffer.act[indices]
-    return obs_np, act_np, _as_input(algorithm, obs_np), _as_input(algorithm, act_np), _weights(weight, returns)
+    return obs_np, act_np, as_input(algorithm, obs_np), as_input(algorithm, act_np), weights_of(weight, returns)
 
 
 def ddpg_learn(wrapper, ddpg, buffer, indices: np.ndarray, weight):
@@ -88,13 +89,13 @@ def ddpg_learn(wrapper, ddpg, buffer, indices: np.ndarray, weight):
         act_next = forward_of(lagged(ddpg.actor_old, mode_free))(obs_next)[0]
         return forward_of(lagged(ddpg.critic_old, mode_free))(obs_next, act_next)
 
-    returns = _nstep_returns(ddpg, buffer, indices, ddpg.n_step_return_horizon, target_q_of)
+    returns = nstep_returns(ddpg, buffer, indices, ddpg.n_step_return_horizon, target_q_of)
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(ddpg, buffer, indices, weight, returns)
-    with _training(wrapper, ddpg, [actor, critic], obs_np, act_np):
+    with training(wrapper, ddpg, [actor, critic], obs_np, act_np):
         critic_loss = _critic_step(critic, ddpg.critic_optim, obs, act, returns, weights)
         actor_loss = -forward_of(critic)(obs, forward_of(actor)(obs)[0]).mean()
-        _step(ddpg.policy_optim, actor_loss, own_gradients_only=True)
-        _polyak(ddpg)
+        algorithm_step(ddpg.policy_optim, actor_loss, own_gradients_only=True)
+        polyak(ddpg)
     return wrapper._stats(DDPGTrainingStats(actor_loss=actor_loss.item(), critic_loss=critic_loss.item()))
 
 
@@ -115,16 +116,16 @@ def td3_learn(wrapper, td3, buffer, indices: np.ndarray, weight):
         return torch.min(forward_of(lagged(td3.critic_old, mode_free))(obs_next, act_next),
                          forward_of(lagged(td3.critic2_old, mode_free))(obs_next, act_next))
 
-    returns = _nstep_returns(td3, buffer, indices, td3.n_step_return_horizon, target_q_of)
+    returns = nstep_returns(td3, buffer, indices, td3.n_step_return_horizon, target_q_of)
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(td3, buffer, indices, weight, returns)
-    with _training(wrapper, td3, [actor, critic, critic2], obs_np, act_np):
+    with training(wrapper, td3, [actor, critic, critic2], obs_np, act_np):
         critic1_loss, critic2_loss = _twin_critic_steps((critic, critic2), (td3.critic_optim, td3.critic2_optim),
                                                         obs, act, returns, weights)
         if td3._cnt % td3.update_actor_freq == 0:
             actor_loss = -forward_of(critic)(obs, forward_of(actor)(obs)[0]).mean()
             td3._last = actor_loss.item()
-            _step(td3.policy_optim, actor_loss, own_gradients_only=True)
-            _polyak(td3)
+            algorithm_step(td3.policy_optim, actor_loss, own_gradients_only=True)
+            polyak(td3)
         td3._cnt += 1
     return wrapper._stats(TD3TrainingStats(actor_loss=td3._last, critic1_loss=critic1_loss.item(),
                                            critic2_loss=critic2_loss.item()))
@@ -144,17 +145,17 @@ def sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
         return torch.min(forward_of(lagged(sac.critic_old, mode_free))(obs_next, act_next),
                          forward_of(lagged(sac.critic2_old, mode_free))(obs_next, act_next)) - alpha * log_prob
 
-    returns = _nstep_returns(sac, buffer, indices, sac.n_step_return_horizon, target_q_of)
+    returns = nstep_returns(sac, buffer, indices, sac.n_step_return_horizon, target_q_of)
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(sac, buffer, indices, weight, returns)
-    with _training(wrapper, sac, [actor, critic, critic2], obs_np, act_np):
+    with training(wrapper, sac, [actor, critic, critic2], obs_np, act_np):
         critic1_loss, critic2_loss = _twin_critic_steps((critic, critic2), (sac.critic_optim, sac.critic2_optim),
                                                         obs, act, returns, weights)
         act_pi, log_prob = _squashed_gaussian(actor, obs)
         actor_loss = (alpha * log_prob.flatten() - torch.min(forward_of(critic)(obs, act_pi).flatten(),
                                                              forward_of(critic2)(obs, act_pi).flatten())).mean()
-        _step(sac.policy_optim, actor_loss, own_gradients_only=True)
+        algorithm_step(sac.policy_optim, actor_loss, own_gradients_only=True)
         alpha_loss = sac.alpha.update(-log_prob.detach())
-        _polyak(sac)
+        polyak(sac)
     return wrapper._stats(SACTrainingStats(actor_loss=actor_loss.item(), critic1_loss=critic1_loss.item(),
                                            critic2_loss=critic2_loss.item(), alpha=to_optional_float(sac.alpha.value),
                                            alpha_loss=to_optional_float(alpha_loss)))
@@ -173,3 +174,40 @@ def _squashed_gaussian(actor, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     log_prob = normal_log_prob(act, loc, scale)
     log_prob = log_prob.reshape(*log_prob.shape[:-1], -1).sum(-1)  # Independent's _sum_rightmost
     return squashed, correct_log_prob_gaussian_tanh(log_prob.unsqueeze(-1), squashed)
+
+
+def _critics_covered(algorithm, twin: bool) -> bool:
+    from tianshou.utils.net.continuous import ContinuousCritic
+
+    critics = [algorithm.critic, *([algorithm.critic2] if twin else [])]
+    return all(on_nets(c, (ContinuousCritic,)) for c in critics)
+
+
+def _deterministic_actor_covered(algorithm) -> bool:
+    from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
+    from tianshou.utils.net.continuous import ContinuousActorDeterministic
+
+    policy = algorithm.policy
+    return type(policy) is ContinuousDeterministicPolicy and on_nets(policy.actor, (ContinuousActorDeterministic,))
+
+
+def ddpg_eligible(algorithm) -> bool:
+    """Whether ``algorithm`` (DDPG) is covered: Tianshou's deterministic actor and critic on ``Net``s."""
+    return _critics_covered(algorithm, twin=False) and _deterministic_actor_covered(algorithm)
+
+
+def td3_eligible(algorithm) -> bool:
+    """Whether ``algorithm`` (TD3) is covered: Tianshou's deterministic actor and twin critics on ``Net``s."""
+    return _critics_covered(algorithm, twin=True) and _deterministic_actor_covered(algorithm)
+
+
+def sac_eligible(algorithm) -> bool:
+    """Whether ``algorithm`` (SAC) is covered: Tianshou's probabilistic actor and twin critics on ``Net``s,
+    a fixed or auto-tuned alpha."""
+    from tianshou.algorithm.modelfree.sac import AutoAlpha, FixedAlpha, SACPolicy
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic
+
+    policy = algorithm.policy
+    return (_critics_covered(algorithm, twin=True) and type(policy) is SACPolicy
+            and on_nets(policy.actor, (ContinuousActorProbabilistic,))
+            and type(algorithm.alpha) in (FixedAlpha, AutoAlpha))

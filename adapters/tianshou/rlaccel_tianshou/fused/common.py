@@ -20,7 +20,7 @@ from rlaccel_tianshou.buffer_reads import sample_indices, unfinished_index
 from rlaccel_tianshou.flat_networks import first_parameter, is_mode_free, parameters_of
 
 
-def _on_nets(module: torch.nn.Module, classes: tuple[type, ...]) -> bool:
+def on_nets(module: torch.nn.Module, classes: tuple[type, ...]) -> bool:
     """Whether ``module`` is one of Tianshou's ``classes`` on a Tianshou ``Net``: modules that turn their
     input into a float32 tensor first, so the fused update may hand them that tensor."""
     from tianshou.utils.net.common import Net
@@ -36,14 +36,14 @@ def fusable_buffer(buffer) -> bool:
     return isinstance(obs, np.ndarray)
 
 
-def _update(learn: Callable) -> Callable[[Any, Any, int | None], Any]:
+def off_policy_update(learn: Callable) -> Callable[[Any, Any, int | None], Any]:
     """``Algorithm._update`` of the wrapper, with ``learn(wrapper, algorithm, buffer, indices, weight)``
     in place of ``buffer.sample`` + ``_preprocess_batch`` + ``_update_with_batch`` (a ``partial`` of
     module-level functions, so a wrapper holding it pickles)."""
     return functools.partial(_run_update, learn)
 
 
-def _on_policy_update(learn: Callable) -> Callable[[Any, Any, int | None, int], Any]:
+def on_policy_update(learn: Callable) -> Callable[[Any, Any, int | None, int], Any]:
     """``OnPolicyAlgorithm.update(buffer, batch_size, repeat)`` of the wrapper: the whole buffer, in
     ``learn(wrapper, algorithm, buffer, indices, weight, batch_size, repeat)``."""
     return functools.partial(_run_on_policy_update, learn)
@@ -73,7 +73,7 @@ def _run_on_policy_update(learn: Callable, wrapper, buffer, batch_size: int | No
     return _run_update(learn, wrapper, buffer, 0, batch_size, repeat)
 
 
-def _nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
+def nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
                    target_q_of: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """``Algorithm.compute_nstep_return``'s ``batch.returns``, reading only what it reads;
     ``target_q_of(obs_next)`` is the algorithm's ``_target_q`` on the observations ``n_step`` ahead."""
@@ -85,7 +85,7 @@ def _nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
     stacked = np.stack(stacked)
     after_n = stacked[-1]
     with torch.no_grad():
-        target_q = target_q_of(_as_input(algorithm, _obs_next(buffer, after_n)))
+        target_q = target_q_of(as_input(algorithm, next_observations(buffer, after_n)))
     target_q_np = target_q.reshape(len(indices), -1).cpu().numpy()
     target_q_np *= Algorithm.value_mask(buffer, after_n).reshape(-1, 1)
     unfinished = np.zeros(len(buffer.done), dtype=bool)  # np.isin(stacked, unfinished_index()), as a lookup
@@ -97,19 +97,19 @@ def _nstep_returns(algorithm, buffer, indices: np.ndarray, n_step: int,
     return torch.as_tensor(returns, device=target_q.device).to(target_q.dtype)
 
 
-def _as_input(algorithm, array: np.ndarray) -> torch.Tensor:
+def as_input(algorithm, array: np.ndarray) -> torch.Tensor:
     """What Tianshou's networks turn an observation or action array into (``torch.as_tensor(x, device,
     float32)``), done once instead of once per network call."""
     return torch.as_tensor(array, device=first_parameter(algorithm).device, dtype=torch.float32)
 
 
-def _weights(weight: np.ndarray | None, like: torch.Tensor) -> torch.Tensor | float:
+def weights_of(weight: np.ndarray | None, like: torch.Tensor) -> torch.Tensor | float:
     """``batch.weight`` as ``compute_nstep_return`` converts it (1.0 where the buffer gives none)."""
     return 1.0 if weight is None else torch.as_tensor(weight, device=like.device).to(like.dtype)
 
 
 @contextlib.contextmanager
-def _training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarray, act: np.ndarray):
+def training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarray, act: np.ndarray):
     """The context ``_update_with_batch`` runs in: train mode, the wrapper's layer trace, guard and
     autocast, and multi-tensor optimizer kernels (single-kernel ones with ``training.fused_optimizer``)."""
     from tianshou.utils.torch_utils import torch_train_mode
@@ -128,12 +128,12 @@ def _training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarra
             yield
 
 
-def _step(optimizer, loss: torch.Tensor, own_gradients_only: bool = False) -> None:
+def algorithm_step(optimizer, loss: torch.Tensor, own_gradients_only: bool = False) -> None:
     """Tianshou's ``Algorithm.Optimizer.step(loss)``: zero the gradients, backward, clip to its
     ``max_grad_norm``, step — the step as flat ops where :mod:`rlaccel_plugins.fused.flat_optim` covers it.
     ``own_gradients_only``: the backward computes only the optimizer's parameters' gradients (an actor's
     loss: not into the critics' weights, whose gradients Tianshou computes and never applies)."""
-    if not _plain_step(optimizer):  # a subclass's own step
+    if not plain_step(optimizer):  # a subclass's own step
         optimizer.step(loss)
         return
     zero_grad(optimizer._optim)
@@ -141,23 +141,23 @@ def _step(optimizer, loss: torch.Tensor, own_gradients_only: bool = False) -> No
         backward_to(loss, optimizer._optim)
     else:
         loss.backward()
-    _clip_and_step(optimizer)
+    clip_and_step(optimizer)
 
 
-def _plain_step(optimizer) -> bool:
+def plain_step(optimizer) -> bool:
     from tianshou.algorithm.algorithm_base import Algorithm
 
     return type(optimizer).step is Algorithm.Optimizer.step
 
 
-def _clip_and_step(optimizer) -> None:
+def clip_and_step(optimizer) -> None:
     """The rest of ``Algorithm.Optimizer.step`` once the gradients are there."""
     if optimizer._max_grad_norm is not None:
         clip_grad_norm(parameters_of(optimizer._module), optimizer._max_grad_norm)
     optimizer_step(optimizer._optim)
 
 
-def _polyak(algorithm) -> None:
+def polyak(algorithm) -> None:
     """``_update_lagged_network_weights`` of the Polyak mixin, as three multi-tensor ops."""
     pairs = algorithm._lagged_networks._lagged_network_pairs
     sources = [p for pair in pairs for p in parameters_of(pair.source)]
@@ -165,7 +165,7 @@ def _polyak(algorithm) -> None:
     polyak_update_([p.data for p in sources], [p.data for p in targets], algorithm.tau, weighted_sum=True)
 
 
-def _obs_next(buffer, indices: np.ndarray) -> np.ndarray:
+def next_observations(buffer, indices: np.ndarray) -> np.ndarray:
     """``buffer[indices].obs_next`` without building the rest of the batch."""
     if buffer._save_obs_next:
         return buffer.obs_next[indices]

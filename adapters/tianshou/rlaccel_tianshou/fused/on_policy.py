@@ -9,10 +9,11 @@ import torch
 from rlaccel_plugins.fused.distributions import FlatCategorical
 from rlaccel_tianshou.flat_networks import forward_of
 from rlaccel_tianshou.fused.common import (
-    _as_input,
-    _obs_next,
-    _step,
-    _training,
+    algorithm_step,
+    as_input,
+    next_observations,
+    on_nets,
+    training,
 )
 
 
@@ -25,8 +26,8 @@ def ppo_learn(wrapper, ppo, buffer, indices: np.ndarray, _weight, batch_size: in
 
     if ppo.recompute_adv:
         ppo._buffer, ppo._indices = buffer, indices
-    obs = _as_input(ppo, buffer.obs[indices])
-    obs_next = _as_input(ppo, _obs_next(buffer, indices))
+    obs = as_input(ppo, buffer.obs[indices])
+    obs_next = as_input(ppo, next_observations(buffer, indices))
     rollout = _Rollout(buffer, indices)
     v_s, returns, adv = _returns_and_advantages(ppo, buffer, indices, obs, obs_next, rollout)
     act = torch.as_tensor(buffer.act[indices]).to(v_s)
@@ -35,7 +36,7 @@ def ppo_learn(wrapper, ppo, buffer, indices: np.ndarray, _weight, batch_size: in
                               for chunk in _split(len(indices), ppo.max_batchsize, shuffle=False)]).flatten()
     losses, clip_losses, vf_losses, ent_losses = [], [], [], []
     head = indices[:8]  # what the layer trace reads
-    with _training(wrapper, ppo, [ppo.policy.actor, ppo.critic], buffer.obs[head], buffer.act[head]):
+    with training(wrapper, ppo, [ppo.policy.actor, ppo.critic], buffer.obs[head], buffer.act[head]):
         for step in range(repeat):
             if ppo.recompute_adv and step > 0:
                 v_s, returns, adv = _returns_and_advantages(ppo, buffer, indices, obs, obs_next, rollout)
@@ -64,7 +65,7 @@ def ppo_learn(wrapper, ppo, buffer, indices: np.ndarray, _weight, batch_size: in
                     vf_loss = (returns[chunk] - value).pow(2).mean()
                 ent_loss = dist.entropy().mean()
                 loss = clip_loss + ppo.vf_coef * vf_loss - ppo.ent_coef * ent_loss
-                _step(ppo.optim, loss)
+                algorithm_step(ppo.optim, loss)
                 clip_losses.append(clip_loss.item())
                 vf_losses.append(vf_loss.item())
                 ent_losses.append(ent_loss.item())
@@ -129,3 +130,15 @@ def _policy_dist(policy, obs: torch.Tensor):
     dist = FlatCategorical(logits) if policy.dist_fn is dist_fn_categorical_from_logits else policy.dist_fn(logits)
     dist.sample()
     return dist
+
+
+def ppo_eligible(algorithm) -> bool:
+    """Whether ``algorithm`` (PPO) is covered: Tianshou's discrete or continuous probabilistic actor and its
+    critic on ``Net``s."""
+    from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy, ProbabilisticActorPolicy
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+    from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
+
+    return (type(algorithm.policy) in (ProbabilisticActorPolicy, DiscreteActorPolicy)
+            and on_nets(algorithm.policy.actor, (DiscreteActor, ContinuousActorProbabilistic))
+            and on_nets(algorithm.critic, (DiscreteCritic, ContinuousCritic)))

@@ -8,11 +8,11 @@ import torch
 
 from rlaccel_tianshou.flat_networks import forward_of, is_mode_free, lagged
 from rlaccel_tianshou.fused.common import (
-    _as_input,
-    _nstep_returns,
-    _step,
-    _training,
-    _weights,
+    algorithm_step,
+    as_input,
+    nstep_returns,
+    training,
+    weights_of,
 )
 
 
@@ -30,19 +30,19 @@ def dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
             return target_q.gather(1, online.argmax(dim=1, keepdim=True)).squeeze(1)
         return target_q.max(dim=1)[0]
 
-    returns = _nstep_returns(dqn, buffer, indices, dqn.n_step, target_q_of)
+    returns = nstep_returns(dqn, buffer, indices, dqn.n_step, target_q_of)
     obs, act = buffer.obs[indices], buffer.act[indices]
-    with _training(wrapper, dqn, [model], obs, act):
+    with training(wrapper, dqn, [model], obs, act):
         dqn._periodically_update_lagged_network_weights()
-        q = forward_of(model)(_as_input(dqn, obs))[0]
+        q = forward_of(model)(as_input(dqn, obs))[0]
         q = q.gather(1, torch.as_tensor(act, dtype=torch.long, device=q.device).reshape(-1, 1)).squeeze(1)
         returns = returns.flatten().to(q.dtype)
         if dqn.huber_loss_delta is not None:
             loss = torch.nn.functional.huber_loss(q.reshape(-1, 1), returns.reshape(-1, 1),
                                                   delta=dqn.huber_loss_delta, reduction="mean")
         else:
-            loss = ((returns - q).pow(2) * _weights(weight, returns)).mean()
-        _step(dqn.optim, loss)
+            loss = ((returns - q).pow(2) * weights_of(weight, returns)).mean()
+        algorithm_step(dqn.optim, loss)
     return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
 
 
@@ -59,16 +59,32 @@ def qrdqn_learn(wrapper, qrdqn, buffer, indices: np.ndarray, weight):
         next_dist = forward_of(lagged(qrdqn.model_old, mode_free))(obs_next)[0] if qrdqn.use_target_network else online
         return next_dist[np.arange(len(act)), act, :]
 
-    returns = _nstep_returns(qrdqn, buffer, indices, qrdqn.n_step, target_q_of)
+    returns = nstep_returns(qrdqn, buffer, indices, qrdqn.n_step, target_q_of)
     obs, act = buffer.obs[indices], buffer.act[indices]
-    with _training(wrapper, qrdqn, [model], obs, act):
+    with training(wrapper, qrdqn, [model], obs, act):
         qrdqn._periodically_update_lagged_network_weights()
-        curr_dist = forward_of(model)(_as_input(qrdqn, obs))[0]
+        curr_dist = forward_of(model)(as_input(qrdqn, obs))[0]
         curr_dist = curr_dist[np.arange(len(act)), act, :].unsqueeze(2)
         target_dist = returns.unsqueeze(1)
         dist_diff = torch.nn.functional.smooth_l1_loss(target_dist, curr_dist, reduction="none")
         huber_loss = (dist_diff * (qrdqn.tau_hat - (target_dist - curr_dist).detach().le(0.0).float()).abs()) \
             .sum(-1).mean(1)
-        loss = (huber_loss * _weights(weight, returns)).mean()
-        _step(qrdqn.optim, loss)
+        loss = (huber_loss * weights_of(weight, returns)).mean()
+        algorithm_step(qrdqn.optim, loss)
     return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
+
+
+def dqn_eligible(algorithm) -> bool:
+    """Whether ``algorithm`` (a Tianshou ``DQN``) is one the fused update covers: its policy's Q-network a ``Net``."""
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.utils.net.common import Net
+
+    return type(algorithm.policy) is DiscreteQLearningPolicy and type(algorithm.policy.model) is Net
+
+
+def qrdqn_eligible(algorithm) -> bool:
+    """Whether ``algorithm`` (a Tianshou ``QRDQN``) is one the fused update covers: its quantile network a ``Net``."""
+    from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
+    from tianshou.utils.net.common import Net
+
+    return type(algorithm.policy) is QRDQNPolicy and type(algorithm.policy.model) is Net
