@@ -1,5 +1,5 @@
 """The docs build hook: pages write ``<!-- generated: NAME -->`` where a reference part goes, and this
-hook puts in the text :mod:`rlaccel_plugins.reference` (or the results index) generates from the code,
+hook puts in the text ``tools/reference.py`` (or the results index) generates from the code,
 so a page never copies a default, a preset or a flag by hand."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ GENERATED = re.compile(r"<!-- generated: ([a-z0-9-]+) -->")
 
 
 def _generate(name: str) -> str:
-    from rlaccel_plugins import reference
+    from tools import reference
 
     makers = {"config": reference.config_markdown, "presets": reference.presets_markdown,
               "cli": reference.cli_markdown, "verified": reference.verified_markdown,

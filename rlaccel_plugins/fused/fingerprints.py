@@ -13,7 +13,7 @@ runs the framework's own method (one warning) and ``true`` refuses
 (:func:`rlaccel_plugins.fused.selection.select_fused`). After a framework upgrade, re-run the
 equivalence tests, then re-record::
 
-    python -m rlaccel_plugins.fused.fingerprints --update
+    python -m tools.fingerprints --update
 
 (without ``--update`` it prints what differs; CI's test does the same and fails until the record is
 updated.)
@@ -21,7 +21,6 @@ updated.)
 
 from __future__ import annotations
 
-import argparse
 import ast
 import functools
 import hashlib
@@ -147,7 +146,7 @@ class VerifiedCode:
 
     def differences(self, key: str, record: Record | None = None) -> list[str]:
         """The targets of ``key`` whose installed code differs from the record (unrecorded ones included)."""
-        record = record or _load(self.record_path)
+        record = record or load_record(self.record_path)
         recorded = record.digests.get(key, {})
         out = []
         for target in self.replacements[key].targets:
@@ -163,7 +162,7 @@ class VerifiedCode:
         """Why the path ``key`` is not verified against the installed framework, or None where it is."""
         if key not in self.replacements:
             return None
-        record = _load(self.record_path)
+        record = load_record(self.record_path)
         changed = self.differences(key, record)
         if not changed:
             return None
@@ -186,13 +185,14 @@ def _load_cached(path: str, mtime: float) -> Record:
     return Record.load(path)
 
 
-def _load(path: Path) -> Record:
+def load_record(path: Path) -> Record:
     if not path.exists():
         return Record(versions={}, digests={})
     return _load_cached(str(path), path.stat().st_mtime)
 
 
-def _adapters_code() -> dict[str, VerifiedCode]:
+def adapters_code() -> dict[str, VerifiedCode]:
+    """Each installed adapter's :class:`VerifiedCode` (the methods its fused paths replace, and their record)."""
     from rlaccel_plugins.plugins import get_plugin_manager
 
     out = {}
@@ -200,28 +200,3 @@ def _adapters_code() -> dict[str, VerifiedCode]:
         if spec.available and spec.verified:
             out[spec.name] = spec.load("verified")
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlaccel_plugins.fused.fingerprints",
-                                     description="Check or re-record the framework code the fused paths were "
-                                                 "verified against (run the equivalence tests first).")
-    parser.add_argument("--update", action="store_true", help="re-record the installed code's fingerprints")
-    args = parser.parse_args(argv)
-    stale = 0
-    for name, code in _adapters_code().items():
-        previous = _load(code.record_path)
-        if args.update:
-            code.record(previous if code.record_path.exists() else None).save(code.record_path)
-            print(f"{name}: recorded {sum(len(r.targets) for r in code.replacements.values())} fingerprints "
-                  f"in {code.record_path}")
-            continue
-        for key in code.replacements:
-            changed = code.differences(key, previous)
-            stale += bool(changed)
-            print(f"{name} {key}: " + ("verified" if not changed else "DIFFERS: " + ", ".join(changed)))
-    return 1 if stale else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

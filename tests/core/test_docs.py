@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlaccel_plugins import reference
 from rlaccel_plugins.config import SECTIONS
+from tools import reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def test_the_ci_docs_build_fails_on_a_broken_link(tmp_path):
     import shutil
 
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    for name in ("mkdocs.yml", "README.md", "CHANGELOG.md", "benchmarks", "rlaccel_plugins", "adapters"):
+    for name in ("mkdocs.yml", "README.md", "CHANGELOG.md", "benchmarks", "rlaccel_plugins", "adapters", "tools"):
         (tmp_path / name).symlink_to(ROOT / name)
     page = tmp_path / "docs" / "getting-started.md"
     page.write_text(page.read_text() + "\n[a page that is not there](nowhere.md) [an anchor](sb3.md#no-such-heading)\n")

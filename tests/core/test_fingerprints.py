@@ -5,8 +5,9 @@ import json
 import pytest
 
 from rlaccel_plugins.errors import ConfigError, RlaccelWarning
-from rlaccel_plugins.fused import fingerprints, selection
+from rlaccel_plugins.fused import selection
 from rlaccel_plugins.fused.fingerprints import Record, VerifiedCode, source_fingerprint
+from tools import fingerprints as tools_fingerprints
 
 
 def adapters_code():
@@ -23,7 +24,7 @@ def test_every_replaced_method_matches_the_code_it_was_verified_against():
              for key in code.replacements}
     stale = {k: v for k, v in stale.items() if v}
     assert not stale, ("the installed framework code differs from what the fused paths were verified against: "
-                       f"{stale}. Re-run the equivalence tests, then `python -m rlaccel_plugins.fused.fingerprints "
+                       f"{stale}. Re-run the equivalence tests, then `python -m tools.fingerprints "
                        "--update`.")
 
 
@@ -98,10 +99,10 @@ def test_changed_collector_code_makes_the_lean_collector_tianshou_s_own(tmp_path
 def test_update_records_the_installed_code_and_check_reports_it(tmp_path, monkeypatch, capsys):
     code = adapters_code()["sb3"]
     copy = VerifiedCode(code.replacements, tmp_path / "verified.json", code.distributions)
-    monkeypatch.setattr(fingerprints, "_adapters_code", lambda: {"sb3": copy})
-    assert fingerprints.main([]) == 1  # nothing recorded yet: every path differs
+    monkeypatch.setattr(tools_fingerprints, "adapters_code", lambda: {"sb3": copy})
+    assert tools_fingerprints.main([]) == 1  # nothing recorded yet: every path differs
     assert "DIFFERS" in capsys.readouterr().out
-    assert fingerprints.main(["--update"]) == 0
-    assert fingerprints.main([]) == 0
+    assert tools_fingerprints.main(["--update"]) == 0
+    assert tools_fingerprints.main([]) == 0
     data = json.loads((tmp_path / "verified.json").read_text())
     assert data["digests"] == Record.load(code.record_path).digests

@@ -5,7 +5,7 @@ The docs site calls these through its build hook (``docs/hooks.py``), so a page 
 default or a flag by hand; ``tests/core/test_docs.py`` fails when a key or a flag has no documentation.
 
 Examples:
-    >>> from rlaccel_plugins.reference import config_keys
+    >>> from tools.reference import config_keys
     >>> key = next(k for k in config_keys() if k.name == "batch_size")
     >>> key.section, key.default
     ('training', '512')
@@ -138,10 +138,10 @@ def cli_markdown() -> str:
 def verified_markdown() -> str:
     """Per adapter: the framework versions its fused and lean paths were verified against, and the
     framework methods each path replaces or mirrors (their fingerprints are in ``verified.json``)."""
-    from rlaccel_plugins.fused.fingerprints import Record, _adapters_code
+    from rlaccel_plugins.fused.fingerprints import Record, adapters_code
 
     out = []
-    for name, code in _adapters_code().items():
+    for name, code in adapters_code().items():
         record = Record.load(code.record_path)
         versions = "; ".join(f"{dist} {', '.join(v)}" for dist, v in sorted(record.versions.items()))
         out += [f"### {name}", "", f"Verified against {versions}.", "", "| path | framework methods |", "|---|---|"]

@@ -1,0 +1,1 @@
+"""Maintenance commands, outside the installed package: the docs' reference generator, the fingerprint recorder."""
