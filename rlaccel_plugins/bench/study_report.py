@@ -183,8 +183,11 @@ def analyse(records: list[dict[str, Any]], randoms: dict[str, float], speed: dic
                           "budget": budget}
         if speed and key in speed:
             _derive_time(tasks_out[key], speed[key])
+    ok = [r for r in records if r.get("status", "ok") == "ok"]
+    cost = {"ok_runs": len(ok), "failed_attempts": len(records) - len(ok),
+            "worker_hours": sum(r.get("worker_seconds", 0.0) for r in records) / 3600}
     return {"tasks": tasks_out, "aggregate": _aggregate(scores_of, tasks_out, reps),
-            "decisions": _decisions(scores_of, tasks_out, reps)}
+            "decisions": _decisions(scores_of, tasks_out, reps), "cost": cost}
 
 
 def _refusal(rows: dict[str, dict[str, Any]], variants) -> str | None:
@@ -392,7 +395,13 @@ def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
              (f"Commands, in order: {'; '.join(f'`{c}`' for c in study_commands(meta))}; updated "
               f"{meta.get('updated', '')}; machine: {meta.get('machine', '')}."),
              "",
-             EXPLAINED, "", "## Summary", "", summary_table(stats), ""]
+             EXPLAINED, ""]
+    cost = stats.get("cost")
+    if cost:
+        lines += [(f"{cost['ok_runs']} runs finished ({cost['failed_attempts']} failed attempts); they took "
+                   f"{cost['worker_hours']:.1f} worker-hours (one run per worker process, one torch thread each: "
+                   f"about {cost['worker_hours'] / 2:.1f} h on 2 cores)."), ""]
+    lines += ["## Summary", "", summary_table(stats), ""]
     if stats.get("decisions"):
         lines += ["## What the no-argument default samples, per algorithm family", "",
                   ("P(article tiers > uniform) over each family's tasks together. A family samples by the article's "
