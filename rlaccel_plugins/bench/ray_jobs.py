@@ -28,13 +28,17 @@ def _on_worker(target: Callable, task, variant, seed: int) -> tuple[str, Any]:
 def run_jobs_on_ray(jobs: list, address: str, on_end: Callable[[Any, str, Any, float], None],
                     target: Callable) -> None:
     """Submit every job (``task``, ``variant``, ``seed``) as a Ray task (one CPU; ``max_calls=1``: each run in a
-    process of its own; Ray's own retries off: the study retries) to the cluster at ``address`` (``local``:
-    start one here); ``on_end(job, status, payload, seconds)`` as each run ends, a task whose worker died
+    process of its own; Ray's own retries off: the study retries; the caller's ``RLACCEL_*`` variables set)
+    to the cluster at ``address`` (``local``: start one here); ``on_end(job, status, payload, seconds)`` as each run ends, a task whose worker died
     included (``failed``, with why)."""
     from rlaccel_plugins.parallel.ray_actors import connect
 
     ray = connect(None if address == "local" else address)
-    remote = ray.remote(num_cpus=1, max_retries=0, max_calls=1)(_on_worker)
+    # rlaccel's own settings (RLACCEL_PRESET, RLACCEL_CONFIG, ...) travel with each run, as they reach a local
+    # worker process; the rest of this machine's environment stays here
+    settings = {k: v for k, v in os.environ.items() if k.startswith("RLACCEL_")}
+    remote = ray.remote(num_cpus=1, max_retries=0, max_calls=1,
+                        runtime_env={"env_vars": settings} if settings else None)(_on_worker)
     pending = {remote.remote(target, job.task, job.variant, job.seed): (job, time.perf_counter()) for job in jobs}
     while pending:
         (ref,), _ = ray.wait(list(pending), num_returns=1)
