@@ -217,7 +217,7 @@ class TrainingConfig:
     fused_updates: bool | str = AUTO
     """The framework's update run fused (the same math, tested equal); `auto`: where one exists and its code is verified; `true`: required; `false`: the framework's own."""
     fused_collection: bool | str = AUTO
-    """Off-policy action selection during collection made lean (the same actions and RNG draws, tested equal); `auto`: where tested; `true`: required."""
+    """Action selection during collection made lean (SB3: DQN, QR-DQN, SAC, TD3, DDPG, PPO, A2C; Tianshou: `LeanCollector`; the same actions and RNG draws, tested equal); `auto`: where tested; `true`: required."""
     fused_optimizer: bool = False
     """Fused updates step Adam/AdamW/SGD with PyTorch's single-kernel `fused=True` implementation: faster, equal within rtol 1e-4, not bit for bit."""
     compiled_updates: bool | str = False
