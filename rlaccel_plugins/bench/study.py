@@ -203,11 +203,14 @@ def write_study_record(out: Path, name: str, records: list[dict[str, Any]], comm
         runs[r["task"]][r["variant"]] += 1
     commits = sorted({r["provenance"]["commit"] for r in records if r.get("provenance", {}).get("commit")})
     unrecorded = sum("provenance" not in r for r in records)
+    renamed = {r["recorded_as"]: r["variant"] for r in records if "recorded_as" in r}
     path.write_text(json.dumps({
         "study": name, "tasks": list(runs), "runs": runs,
         "commands": [*[c for c in earlier if c != command], command],
         "commits": commits,  # each run's own, with its package versions and machine, is in its record
         **({"runs_without_provenance": unrecorded} if unrecorded else {}),
+        # older commands name variants by their names then: each is today's (LEGACY_NAMES)
+        **({"variants_renamed": renamed} if renamed else {}),
         "updated": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
 
 
