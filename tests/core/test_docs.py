@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rlaccel_plugins.config import SECTIONS
 from tools import reference
 
@@ -60,6 +62,7 @@ def test_the_readme_is_short_and_nothing_cites_a_file_outside_the_repository():
     assert not citing, f"files citing DESIGN.md / SEED.md, which a checkout does not have: {citing}"
 
 
+@pytest.mark.needs("mkdocs")
 def test_the_ci_docs_build_fails_on_a_broken_link(tmp_path):
     """CI builds the site strictly without --quiet (which would stop mkdocs counting warnings); on a copy of
     the docs with one broken link and one broken anchor, that build must fail and name them."""
@@ -79,6 +82,7 @@ def test_the_ci_docs_build_fails_on_a_broken_link(tmp_path):
     assert "nowhere.md" in build.stderr and "no-such-heading" in build.stderr
 
 
+@pytest.mark.needs("mkdocs")
 def test_the_built_site_shows_no_machine_path_internal_wording_unrendered_role_or_address_it_does_not_control(
         tmp_path):
     site = tmp_path / "site"
