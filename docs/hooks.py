@@ -16,7 +16,8 @@ def _generate(name: str) -> str:
               "cli": reference.cli_markdown, "verified": reference.verified_markdown,
               "api": reference.api_markdown, "problems": reference.problems_markdown,
               "install": reference.install_markdown, "support-sb3": reference.support_markdown,
-              "support-tianshou": lambda: reference.support_markdown("rlaccel_tianshou")}
+              "support-tianshou": lambda: reference.support_markdown("rlaccel_tianshou"),
+              "examples": reference.examples_markdown}
     if name not in makers:
         raise ValueError(f"docs: no generator named {name!r}; known: {sorted(makers)}")
     return makers[name]()

@@ -295,3 +295,16 @@ def install_markdown() -> str:
            "| extra | installs |", "|---|---|"]
     out += [f"| `{name}` | " + ", ".join(f"`{r}`" for r in requirements) + " |" for name, requirements in extras.items()]
     return "\n".join(out)
+
+
+# ------------------------------------------------------------------ the examples
+def examples_markdown() -> str:
+    """Each runnable script in ``examples/`` with the first line of its docstring (each runs in the tests)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    rows = ["| run | what it shows |", "|---|---|"]
+    for path in sorted((root / "examples").glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        rows.append(f"| `python examples/{path.name}` | {doc.splitlines()[0] if doc else ''} |")
+    return "\n".join(rows)
