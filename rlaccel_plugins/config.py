@@ -110,7 +110,7 @@ class ReplayBufferConfig:
     n_step: int | str = AUTO
     """n-step returns where rlaccel builds the agent (`rlaccel train`); `auto`: the recipe's own (RL Zoo: 1, Tianshou's example: 3)."""
     sampling: str = "auto"
-    """How a batch is drawn: `uniform` (the frameworks' own distribution), `tiers` (the ratios above), `ere` or `cer`; `auto`: `tiers` for the algorithm families the learning study showed them to help (SB3 DQN), `uniform` for the others. The levels are kept, and reported, whatever it is."""
+    """How a batch is drawn: `uniform` (the frameworks' own distribution), `tiers` (the ratios above), `ere` or `cer`; `auto`: `tiers` for the algorithm families the learning study showed them to help (SB3 DQN and QR-DQN), `uniform` for the others. The levels are kept, and reported, whatever it is."""
     ere_eta: float = 0.996
     """ERE: the recency exponent's base, annealed to 1 over `anneal_steps`."""
     ere_c_min: int = 5000

@@ -14,14 +14,14 @@ from typing import Any
 from rlaccel_plugins.config import ReplayBufferConfig
 
 # (framework, algorithm): the families whose screen and confirmation both favoured the article's tiers
-TIERED_FAMILIES = frozenset({("sb3", "dqn")})
+TIERED_FAMILIES = frozenset({("sb3", "dqn"), ("sb3", "qrdqn")})
 
 
 def default_sampling(framework: str | None, algo: str | None, pixels: bool = False) -> str:
     """``tiers`` for a family the evidence keeps them for, else ``uniform`` (unknown families included).
 
     Examples:
-        >>> default_sampling("sb3", "dqn"), default_sampling("sb3", "sac"), default_sampling("sb3", "dqn", pixels=True)
+        >>> default_sampling("sb3", "qrdqn"), default_sampling("sb3", "sac"), default_sampling("sb3", "dqn", pixels=True)
         ('tiers', 'uniform', 'uniform')
     """
     return "tiers" if (framework, algo) in TIERED_FAMILIES and not pixels else "uniform"

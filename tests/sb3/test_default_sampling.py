@@ -29,11 +29,11 @@ def test_a_buffer_built_by_sb3_samples_what_its_family_was_shown_to_gain_from(al
     assert sampled["level_capacity"] == [79, 397, 1587, 7937]  # the levels are kept (and reported) either way
 
 
-def test_qrdqn_pixels_and_buffers_built_by_hand_sample_uniformly_and_an_explicit_choice_wins():
+def test_qrdqn_follows_its_own_row_pixels_and_buffers_built_by_hand_sample_uniformly_and_a_choice_wins():
     from sb3_contrib import QRDQN
 
     qrdqn = QRDQN("MlpPolicy", "CartPole-v1", replay_buffer_class=TieredReplayBuffer, buffer_size=10_000)
-    assert qrdqn.replay_buffer.engine.config.sampling == "uniform"
+    assert qrdqn.replay_buffer.engine.config.sampling == "tiers"  # sb3-contrib's class, found through the frame
     pixels = spaces.Box(0, 255, (84, 84, 4), np.uint8)
     atari_like = TieredReplayBuffer(10_000, pixels, spaces.Discrete(6))
     assert atari_like.engine.config.sampling == "uniform"
