@@ -196,7 +196,9 @@ def write_study_record(out: Path, name: str, records: list[dict[str, Any]], comm
     before runs recorded their provenance (commit, versions, machine) are counted.
     """
     path = out / "study.json"
-    earlier = study_commands(json.loads(path.read_text())) if path.exists() else []
+    meta = json.loads(path.read_text()) if path.exists() else {}
+    earlier = study_commands(meta)
+    suites = list(dict.fromkeys([*meta.get("suites", [meta["study"]] if "study" in meta else []), name]))
     runs: dict[str, dict[str, int]] = {}
     for r in records:
         runs.setdefault(r["task"], {}).setdefault(r["variant"], 0)
@@ -205,7 +207,7 @@ def write_study_record(out: Path, name: str, records: list[dict[str, Any]], comm
     unrecorded = sum("provenance" not in r for r in records)
     renamed = {r["recorded_as"]: r["variant"] for r in records if "recorded_as" in r}
     path.write_text(json.dumps({
-        "study": name, "tasks": list(runs), "runs": runs,
+        "study": suites[0], "suites": suites, "tasks": list(runs), "runs": runs,
         "commands": [*[c for c in earlier if c != command], command],
         "commits": commits,  # each run's own, with its package versions and machine, is in its record
         **({"runs_without_provenance": unrecorded} if unrecorded else {}),
