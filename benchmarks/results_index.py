@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlaccel_plugins.bench.study import study_commands
-from rlaccel_plugins.bench.study_report import MIN_RUNS
+from rlaccel_plugins.bench.study_report import MIN_RUNS, family_of
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -279,8 +279,7 @@ def phases_latest() -> tuple[str, str, str]:
 def default_variant(stats: dict, task: str) -> str:
     """The study variant a user gets with no argument on ``task``: the article's tiers where the decision table
     keeps them for its family, else uniform sampling."""
-    family = " ".join(task.split()[:2])
-    tiers = stats["decisions"].get(family, {}).get("sampling") == "tiers"
+    tiers = stats["decisions"].get(family_of(task), {}).get("sampling") == "tiers"
     return "drop-in, article tiers" if tiers else "drop-in, uniform (off)"
 
 

@@ -37,7 +37,8 @@ SAMPLING_SCHEMES = ("auto", "uniform", "tiers", "ere", "cer")
 RATIO_TOLERANCE = 1e-6
 # settings that only the tiers' sampling reads: values that set one of them (and not ``sampling``) set
 # ``sampling: tiers`` too, so ratios a user writes are never silently unused
-TIER_SETTINGS = frozenset({"sampling_ratio", "ratio_schedule", "importance_beta"})
+TIER_SETTINGS = ("sampling_ratio", "ratio_schedule", "importance_beta")
+ERE_SETTINGS = ("ere_eta", "ere_c_min", "ere_updates")  # the settings only ERE reads
 
 
 # --------------------------------------------------------------------------- value checks
@@ -125,13 +126,11 @@ class ReplayBufferConfig:
             >>> ReplayBufferConfig(sampling="uniform").unread()[:3]
             ['sampling_ratio', 'ratio_schedule', 'importance_beta']
         """
-        ere = ["ere_eta", "ere_c_min", "ere_updates"]
-        tiers = ["sampling_ratio", "ratio_schedule", "importance_beta"]
         if self.sampling in ("uniform", "cer"):
-            return [*tiers, "anneal_steps", *ere]
+            return [*TIER_SETTINGS, "anneal_steps", *ERE_SETTINGS]
         if self.sampling == "ere":
-            return tiers
-        return ere + (["anneal_steps"] if self.ratio_schedule == "constant" else [])
+            return list(TIER_SETTINGS)
+        return [*ERE_SETTINGS, *(["anneal_steps"] if self.ratio_schedule == "constant" else [])]
 
     def sampled(self) -> dict[str, Any]:
         """What a batch is drawn by: the scheme, the levels and (for ``tiers``) the ratios and their schedule.
@@ -386,7 +385,7 @@ class AccelConfig:
         tiers = updates.get("replay_buffer", {})
         if "levels" not in tiers and isinstance(tiers.get("level_capacity"), (list, tuple)):
             current["replay_buffer"]["levels"] = len(tiers["level_capacity"])  # levels follows the capacities
-        if "sampling" not in tiers and TIER_SETTINGS & tiers.keys():
+        if "sampling" not in tiers and tiers.keys() & set(TIER_SETTINGS):
             current["replay_buffer"]["sampling"] = "tiers"  # ratios given are ratios meant to be used
         return _build(current)
 

@@ -162,6 +162,14 @@ class Learned:
     replay_sampling: dict[str, Any] | None = None  # ReplayBufferConfig.sampled; the framework's own buffer: uniform
 
 
+def replay_sampling(buffer: Any, config: Any = None) -> dict[str, Any] | None:
+    """What ``buffer``'s batches are drawn by, for :attr:`Learned.replay_sampling`: its resolved replay ``config``
+    (``ReplayBufferConfig.sampled``), uniform for a framework's own buffer (no config), None without a buffer."""
+    if buffer is None:
+        return None
+    return config.sampled() if config is not None else {"sampling": "uniform", "buffer": type(buffer).__name__}
+
+
 class TrainingRun(Protocol):
     """The framework-specific part of one run, built by the adapter's ``train`` entry from a
     :class:`TrainSpec` (the agent is built then; ``spec.stop`` is the run's :class:`StopSignal`)."""

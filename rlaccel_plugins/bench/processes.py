@@ -39,6 +39,19 @@ def process_context() -> ForkServerContext | SpawnContext:
     return context
 
 
+def one_threaded(target: Callable[..., Any], *args: Any) -> tuple[str, Any]:
+    """How a run ends in a worker process of its own: ``("ok", target(*args))`` with one torch thread, or
+    ``("failed", why)`` — the caller records either and goes on with the other runs."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        return "ok", target(*args)
+    except BaseException as exc:  # noqa: BLE001 - any way the run ends, it fails only itself
+        return "failed", f"{type(exc).__name__}: {exc}"
+
+
 def with_environment(environment: dict[str, str], target: Callable[..., Any], *args: Any) -> Any:
     """``target(*args)`` with ``os.environ`` set to ``environment`` first (a forked run's environment is
     the forkserver's, not its caller's)."""

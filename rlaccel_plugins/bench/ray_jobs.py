@@ -1,9 +1,9 @@
 """The learning study's runs as Ray tasks: one CPU and one fresh worker process each, on any cluster.
 
-Each run ends as it does in a local worker process (``ok`` with its record, or ``failed`` with why), so
-the study writes the same records, and a study can grow on a laptop, then on a cluster, in the same
-``runs.jsonl``. Every machine of the cluster
-needs rlaccel and the frameworks installed (the same versions: each run records them).
+Each run ends as it does in a local worker process (:func:`~rlaccel_plugins.bench.processes.one_threaded`),
+so the study writes the same records, and a study can grow on a laptop, then on a cluster, in the same
+``runs.jsonl``. Every machine of the cluster needs rlaccel and the frameworks installed (the same versions:
+each run records them).
 """
 
 from __future__ import annotations
@@ -14,23 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _on_worker(target: Callable, task, variant, seed: int) -> tuple[str, Any]:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import torch
-
-    torch.set_num_threads(1)
-    try:
-        return "ok", target(task, variant, seed)
-    except Exception as exc:  # noqa: BLE001 - the driver records why, and goes on with the other runs
-        return "failed", f"{type(exc).__name__}: {exc}"
-
-
 def run_jobs_on_ray(jobs: list, address: str, on_end: Callable[[Any, str, Any, float], None],
                     target: Callable) -> None:
     """Submit every job (``task``, ``variant``, ``seed``) as a Ray task (one CPU; ``max_calls=1``: each run in a
     process of its own; Ray's own retries off: the study retries; the caller's ``RLACCEL_*`` variables set)
-    to the cluster at ``address`` (``local``: start one here); ``on_end(job, status, payload, seconds)`` as each run ends, a task whose worker died
-    included (``failed``, with why)."""
+    to the cluster at ``address`` (``local``: start one here); ``on_end(job, status, payload, seconds)`` as each
+    run ends, a task whose worker died included (``failed``, with why)."""
+    from rlaccel_plugins.bench.processes import one_threaded
     from rlaccel_plugins.parallel.ray_actors import connect
 
     ray = connect(None if address == "local" else address)
@@ -38,7 +28,7 @@ def run_jobs_on_ray(jobs: list, address: str, on_end: Callable[[Any, str, Any, f
     # worker process; the rest of this machine's environment stays here
     settings = {k: v for k, v in os.environ.items() if k.startswith("RLACCEL_")}
     remote = ray.remote(num_cpus=1, max_retries=0, max_calls=1,
-                        runtime_env={"env_vars": settings} if settings else None)(_on_worker)
+                        runtime_env={"env_vars": settings} if settings else None)(one_threaded)
     pending = {remote.remote(target, job.task, job.variant, job.seed): (job, time.perf_counter()) for job in jobs}
     while pending:
         (ref,), _ = ray.wait(list(pending), num_returns=1)

@@ -23,7 +23,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from rlaccel_plugins.bench.processes import process_context, with_environment
+from rlaccel_plugins.bench.processes import one_threaded, process_context, with_environment
 from rlaccel_plugins.bench.suites import Variant, drop_in
 from rlaccel_plugins.errors import ConfigError, did_you_mean
 
@@ -230,14 +230,8 @@ def learning_run(task: StudyTask, variant: Variant, seed: int) -> dict[str, Any]
 
 
 def _child(conn, target: Callable, task: StudyTask, variant: Variant, seed: int) -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import torch
-
-    torch.set_num_threads(1)
     try:
-        conn.send(("ok", target(task, variant, seed)))
-    except BaseException as exc:  # noqa: BLE001 - the parent records why, and goes on with the other runs
-        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        conn.send(one_threaded(target, task, variant, seed))
     finally:
         conn.close()
 

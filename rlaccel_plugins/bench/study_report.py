@@ -205,24 +205,31 @@ def _refusal(rows: dict[str, dict[str, Any]], variants) -> str | None:
     return "; ".join(reasons) or None
 
 
+def family_of(key: str) -> str | None:
+    """The algorithm family (``sb3 DQN``) of study task ``key``, the decision table's row; None for a task no
+    longer in the study."""
+    task = _task_of(key)
+    return None if task is None else f"{task.framework} {task.algo.upper()}"
+
+
 def _family_tasks(tasks_out: dict[str, Any]) -> dict[str, list[str]]:
-    """The study tasks of each algorithm family (framework and algorithm), sweep points left out."""
+    """The study tasks of each algorithm family that compare the article's tiers with uniform sampling at the
+    family's own recipe (a sweep point, whose recipe changed, is left out)."""
     families: dict[str, list[str]] = {}
     for key in sorted(tasks_out):
-        task = _task_of(key)
-        if task is None or task.hyperparams or ARTICLE not in tasks_out[key]["rows"] \
-                or UNIFORM not in tasks_out[key]["rows"]:
-            continue
-        families.setdefault(f"{task.framework} {task.algo.upper()}", []).append(key)
+        task, family = _task_of(key), family_of(key)
+        if family is not None and not task.hyperparams and {ARTICLE, UNIFORM} <= tasks_out[key]["rows"].keys():
+            families.setdefault(family, []).append(key)
     return families
 
 
-def _pooled(scores_of, keys: list[str], x: str, y: str, seeds: list[int], reps: int):
+def _pooled(scores_of, keys: list[str], x: str, y: str, seeds: list[int], reps: int,
+            measures: tuple[str, ...] = MEASURES):
     """P(x > y) per measure over ``keys`` together (tasks as strata) on ``seeds``."""
     def matrix(variant: str, measure: str) -> np.ndarray:
         return np.array([[scores_of[k][variant][s][measure] for k in keys] for s in seeds])
 
-    return {m: ls.probability_of_improvement(matrix(x, m), matrix(y, m), reps) for m in MEASURES}
+    return {m: ls.probability_of_improvement(matrix(x, m), matrix(y, m), reps) for m in measures}
 
 
 def _shared_seeds(scores_of, keys: list[str], variants: list[str]) -> list[int]:
@@ -260,9 +267,9 @@ def _decisions(scores_of, tasks_out, reps: int) -> dict[str, Any]:
         entry: dict[str, Any] = {"tasks": keys, "seeds": len(seeds), "screen_seeds": len(screen),
                                  "confirm_seeds": len(confirm), "all": _pooled(scores_of, keys, ARTICLE, UNIFORM, seeds, reps)}
         if screen:
-            entry["screen"] = _pooled(scores_of, keys, ARTICLE, UNIFORM, screen, reps)["auc"]
+            entry["screen"] = _pooled(scores_of, keys, ARTICLE, UNIFORM, screen, reps, ("auc",))["auc"]
         if len(confirm) >= 3:
-            entry["confirm"] = _pooled(scores_of, keys, ARTICLE, UNIFORM, confirm, reps)["auc"]
+            entry["confirm"] = _pooled(scores_of, keys, ARTICLE, UNIFORM, confirm, reps, ("auc",))["auc"]
         refused = next(filter(None, (_refusal(tasks_out[k]["rows"], pair) for k in keys)), None)
         if refused:
             entry.update(sampling="uniform", why=f"refused: {refused}")
@@ -368,10 +375,8 @@ def decision_table(stats: dict[str, Any]) -> str:
 def volume_rows(stats: dict[str, Any]) -> list[tuple[int, float, dict[str, Any]]]:
     """The replay-volume sweep's points: ``(gradient_steps, samples per env step, P(article tiers > uniform)
     entry)``, the study's own CartPole DQN task as the sweep's base point."""
-    base = TASKS["cartpole-dqn"]
-    points = [(VOLUME_BASE["gradient_steps"], base.key)] + [
-        (dict(TASKS[f"cartpole-dqn-gs{g}"].hyperparams)["gradient_steps"], TASKS[f"cartpole-dqn-gs{g}"].key)
-        for g in VOLUME_STEPS]
+    points = [(VOLUME_BASE["gradient_steps"], TASKS["cartpole-dqn"].key)] + [
+        (g, TASKS[f"cartpole-dqn-gs{g}"].key) for g in VOLUME_STEPS]
     rows = []
     for steps, key in sorted(points):
         pair = stats["tasks"].get(key, {}).get("pairs", {}).get(f"{ARTICLE} > {UNIFORM}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from rlaccel_plugins.config import AUTO, AccelConfig, ReplayBufferConfig
+from rlaccel_plugins.config import AUTO, ERE_SETTINGS, AccelConfig, ReplayBufferConfig
 from rlaccel_plugins.errors import ConfigError, invalid
 from rlaccel_plugins.replay.sampler import SampledIndices
 from rlaccel_plugins.replay.schemes import make_sampler
@@ -18,7 +18,6 @@ from rlaccel_plugins.replay.storage import FrameStackStorage, RingStorage
 from rlaccel_plugins.replay.tiers import TierLayout
 
 STATE_VERSION = 1
-SCHEME_FIELDS = ("ere_eta", "ere_c_min", "ere_updates")  # a sampling scheme's own settings
 OBS, NEXT_OBS = "obs", "next_obs"
 
 
@@ -111,7 +110,7 @@ class TieredReplay:
         return cls(rb.level_capacity, rb.sampling_ratio, num_envs, ratio_schedule=rb.ratio_schedule,
                    anneal_steps=rb.anneal_steps, importance_beta=rb.importance_beta,
                    dedup_frames=rb.dedup_frames, sampling=rb.sampling, seed=seed,
-                   **{name: getattr(rb, name) for name in SCHEME_FIELDS})
+                   **{name: getattr(rb, name) for name in ERE_SETTINGS})
 
     # ------------------------------------------------------------------ sizes
     @property

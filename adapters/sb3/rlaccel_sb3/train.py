@@ -31,7 +31,14 @@ from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_plugins.tasks import task_info
-from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, update_cadence
+from rlaccel_plugins.training import (
+    EvalClock,
+    Learned,
+    TrainSpec,
+    bytes_per_transition,
+    replay_sampling,
+    update_cadence,
+)
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import AccelerateCallback, SparseDenseCallback
 from rlaccel_sb3.envs import make_env
@@ -168,15 +175,6 @@ def gradient_steps(model) -> int:
     return int(model._n_updates)
 
 
-def replay_sampling(model) -> dict[str, Any] | None:
-    """What the model's batches are drawn by (None: no replay buffer; SB3's own buffers sample uniformly)."""
-    buffer = getattr(model, "replay_buffer", None)
-    if buffer is None:
-        return None
-    engine = getattr(buffer, "engine", None)
-    return engine.config.sampled() if engine is not None else {"sampling": "uniform", "buffer": type(buffer).__name__}
-
-
 def replay_bytes_per_transition(model) -> float | None:
     buffer = getattr(model, "replay_buffer", None)
     if buffer is None:
@@ -267,10 +265,13 @@ class Sb3Training:
         elif remaining:
             model.learn(remaining, callback=callback, reset_num_timesteps=resumed is None)
         last = checkpoints.last
+        buffer = getattr(model, "replay_buffer", None)
+        engine = getattr(buffer, "engine", None)  # rlaccel's tiered buffer; SB3's own has none
         return Learned(env_steps=model.num_timesteps, gradient_steps=gradient_steps(model),
                        stats={**(sparse.stats if sparse is not None else {}), **ray_metrics},
                        replay_bytes_per_transition=replay_bytes_per_transition(model),
-                       checkpoint=str(last.path) if last is not None else None, replay_sampling=replay_sampling(model))
+                       checkpoint=str(last.path) if last is not None else None,
+                       replay_sampling=replay_sampling(buffer, engine.config if engine is not None else None))
 
     def learn_more(self, steps: int) -> tuple[int, int]:
         """Train ``steps`` more env steps with the run's own callbacks and no evaluation (the study's speed

@@ -29,7 +29,7 @@ from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
-from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition
+from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, replay_sampling
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.checkpointing import Checkpoints, StoppedBySignal
 from rlaccel_tianshou.collector import LeanCollector
@@ -121,8 +121,7 @@ class TianshouTraining:
                        stats={**(updater.stats if updater is not None else {}),
                               **(guard.stats if guard is not None else {}), **ray_metrics},
                        replay_bytes_per_transition=bytes_per_transition(_arrays(buffer._meta), buffer.maxsize),
-                       replay_sampling=(buffer.replay_config.sampled() if hasattr(buffer, "replay_config")
-                                        else {"sampling": "uniform", "buffer": type(buffer).__name__}),
+                       replay_sampling=replay_sampling(buffer, getattr(buffer, "replay_config", None)),
                        checkpoint=str(checkpoints.last.path) if checkpoints.last is not None else None)
 
     def save(self, out: Path) -> Path:
