@@ -118,7 +118,8 @@ def test_a_crashed_worker_loses_only_its_own_run_which_is_retried_once_and_resum
     kwargs = dict(out=out, workers=2, only=["cartpole-dqn"], variants=[STOCK, UNIFORM], target=fake_run)
     run_study("learning-quick", seeds=2, **kwargs)
     records = read_runs(out / "runs.jsonl")
-    assert runs_of(records, "failed") == [(UNIFORM, 1)] and "exit code 3" in records[-2]["error"]
+    failed = [r for r in records if r["status"] == "failed"]
+    assert runs_of(records, "failed") == [(UNIFORM, 1)] and "exit code 3" in failed[0]["error"]
     assert runs_of(records) == sorted([(STOCK, 0), (STOCK, 1), (UNIFORM, 0), (UNIFORM, 1)])  # the retry made it
     assert {r["provenance"]["commit"] for r in records} and "torch" in records[0]["provenance"]["versions"]
     with pytest.raises(ValueError, match="--resume"):
