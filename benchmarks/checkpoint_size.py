@@ -13,7 +13,7 @@ Atari recipes use:
   ``TieredVectorReplayBuffer`` with the same options (Tianshou's storage, pickled as what is stored).
 
 Usage:
-    python benchmarks/checkpoint_size.py [--steps 2048]
+    python -m benchmarks.checkpoint_size [--steps 2048] [--out benchmarks/results/checkpoint-size]
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ import pickle
 import platform
 
 import numpy as np
-from replay_bench import FRAME, NUM_ENVS, STACK, make_stream  # the same Pong-shaped streams
 
 import rlaccel_plugins as rla
+from benchmarks import _results
+from benchmarks.replay_bench import FRAME, NUM_ENVS, STACK, make_stream  # the same Pong-shaped streams
 
 CAPACITY = 100_000  # RL Zoo's and Tianshou's Atari DQN buffer size
+TIANSHOU_DROPIN, TIANSHOU_STOCK = "Tianshou drop-in TieredVectorReplayBuffer", "Tianshou VectorReplayBuffer (--stock)"
 
 
 class _ByteCounter:
@@ -78,9 +80,9 @@ def tianshou_buffers(stream: list[dict]):
 
     options = dict(stack_num=STACK, ignore_obs_next=True, save_only_last_obs=True)
     out = {}
-    for name, buf in (("Tianshou drop-in TieredVectorReplayBuffer", TieredVectorReplayBuffer(
+    for name, buf in ((TIANSHOU_DROPIN, TieredVectorReplayBuffer(
             CAPACITY, NUM_ENVS, preset="atari", **options)),
-                      ("Tianshou VectorReplayBuffer (--stock)", VectorReplayBuffer(CAPACITY, NUM_ENVS, **options))):
+                      (TIANSHOU_STOCK, VectorReplayBuffer(CAPACITY, NUM_ENVS, **options))):
         for t in stream:
             buf.add(Batch(obs=t["obs"], act=t["action"], rew=t["reward"], terminated=t["terminated"],
                           truncated=t["truncated"], obs_next=t["next_obs"], info=Batch()),
@@ -92,6 +94,7 @@ def tianshou_buffers(stream: list[dict]):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2048, help="transitions stored (all envs together)")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
     stream = make_stream(args.steps // NUM_ENVS, episode=400)
     stored = len(stream) * NUM_ENVS
@@ -102,9 +105,15 @@ def main() -> None:
     print(f"{platform.machine()}, {platform.processor() or 'cpu'}: {stored:,} Pong-shaped transitions stored; "
           f"pickle size per buffer (the core engine's ring allocates {buf.nbytes / 1e6:.1f} MB)")
     print(f"{'buffer':<46} {'pickle MB':>10} {'B per stored transition':>24}")
+    rows = []
     for name, buffer in buffers.items():
         size = pickled_bytes(buffer)
         print(f"{name:<46} {size / 1e6:>10.1f} {size / stored:>24,.0f}")
+        rows.append({"buffer": name, "pickle_mb": size / 1e6, "bytes_per_transition": size / stored})
+    mb = {row["buffer"]: row["pickle_mb"] for row in rows}
+    _results.write(args.out, "checkpoint_size", rows=rows, transitions=stored,
+                   headline=f"Tianshou, {stored:,} Pong transitions: {mb[TIANSHOU_DROPIN]:.1f} MB against "
+                            f"{mb[TIANSHOU_STOCK]:.1f} MB")
 
 
 if __name__ == "__main__":

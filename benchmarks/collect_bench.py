@@ -38,21 +38,21 @@ with SB3's ``policy.predict`` and with a lean forward (``torch.inference_mode``,
 directly on the uint8 frames, ``argmax``): as it is, ``torch.compile``-d, or in channels-last.
 
 Usage:
-    python benchmarks/collect_bench.py [--envs 8] [--steps 2000]
-    python benchmarks/collect_bench.py --framework [--rounds 5]
-    python benchmarks/collect_bench.py --split [--envs 8] [--steps 300]
+    python -m benchmarks.collect_bench [--envs 8] [--steps 2000] [--out benchmarks/results/collect-pong]
+    python -m benchmarks.collect_bench --framework [--rounds 5]
+    python -m benchmarks.collect_bench --split [--envs 8] [--steps 300]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from functools import partial
 
 import numpy as np
 import torch
 
+from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved, medians
 
 
@@ -129,12 +129,13 @@ def gymnasium_with_inference(envs: int, steps: int) -> float:
     return rate
 
 
-def split_rows(envs: int, steps: int) -> None:
+def split_rows(envs: int, steps: int) -> list[dict]:
     """Agent steps/s of envpool + batched NatureCNN inference per (envpool threads, torch threads, path);
     the compiled path's ``torch.compile`` warm-up runs before the cells and is printed on its own."""
     from rlaccel_sb3 import EnvPoolVecEnv
 
     paths = ("predict", "lean", "compiled", "channels_last")
+    rows = []
     print(f"Pong, {envs} envs, {steps} vector steps per cell; agent steps/s (frames/s = 4x)")
     print(f"  {'envpool thr':>11} {'torch thr':>9} {'SB3 predict':>12} {'lean':>8} {'lean, compiled':>15} "
           f"{'lean, channels-last':>20}")
@@ -174,7 +175,10 @@ def split_rows(envs: int, steps: int) -> None:
                     q_net.to(memory_format=torch.contiguous_format)
             print(f"  {pool_threads:>11} {torch_threads:>9} {rates['predict']:>12,.0f} {rates['lean']:>8,.0f} "
                   f"{rates['compiled']:>15,.0f} {rates['channels_last']:>20,.0f}", flush=True)
+            rows.append({"envpool_threads": pool_threads, "torch_threads": torch_threads,
+                         **{f"{name}_agent_steps_per_s": rate for name, rate in rates.items()}})
         venv.close()
+    return rows
 
 
 def _dqn(venv):
@@ -228,7 +232,7 @@ def floor_us(make_env, steps: int, target_update: bool = False) -> float:
     return 1e6 * (time.perf_counter() - start) / (steps // n * n)
 
 
-def framework_rows(rounds: int, steps: int) -> None:
+def framework_rows(rounds: int, steps: int) -> list[dict]:
     from stable_baselines3.common.env_util import make_vec_env
 
     def gym1():
@@ -243,6 +247,7 @@ def framework_rows(rounds: int, steps: int) -> None:
           f"interleaved rounds of {steps} env steps; torch threads {torch.get_num_threads()}")
     print(f"  {'envs':<18} {'stock':>7} {'lean':>7} {'floor':>7} {'+target':>7} {'lean/stock':>10} "
           f"{'lean/floor':>10} {'lean/+target':>12}")
+    rows = []
     for name, make_env, n_steps in (("1 gymnasium", gym1, steps), ("16 envpool", pool16, 8 * steps)):
         us = medians(interleaved({"stock": partial(sb3_collection_us, make_env, n_steps, lean=False),
                                   "lean": partial(sb3_collection_us, make_env, n_steps, lean=True),
@@ -252,6 +257,13 @@ def framework_rows(rounds: int, steps: int) -> None:
         print(f"  {name:<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} {us['+target']:>7.1f} "
               f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x "
               f"{us['lean'] / us['+target']:>11.2f}x", flush=True)
+        rows.append({"case": f"SB3 DQN, {name}", **_us_row(us)})
+    return rows
+
+
+def _us_row(us: dict[str, float]) -> dict[str, float]:
+    return {**{f"{name}_us": value for name, value in us.items()}, "lean_vs_stock": us["lean"] / us["stock"],
+            "lean_vs_floor": us["lean"] / us["floor"]}
 
 
 def _ppo():
@@ -300,12 +312,13 @@ def ppo_floor_us(rollouts: int) -> float:
     return 1e6 * (time.perf_counter() - start) / (steps * n)
 
 
-def ppo_rows(rounds: int) -> None:
+def ppo_rows(rounds: int) -> list[dict]:
     us = medians(interleaved({"stock": partial(ppo_rollout_us, 20, lean=False),
                               "lean": partial(ppo_rollout_us, 20, lean=True), "floor": partial(ppo_floor_us, 20)},
                              rounds, alternate=True))
     print(f"  {'PPO, 8 gymnasium':<18} {us['stock']:>7.1f} {us['lean']:>7.1f} {us['floor']:>7.1f} {'':>7} "
           f"{us['lean'] / us['stock']:>9.2f}x {us['lean'] / us['floor']:>9.2f}x", flush=True)
+    return [{"case": "SB3 PPO, 8 gymnasium", **_us_row(us)}]
 
 
 def _tianshou_dqn():
@@ -359,15 +372,19 @@ def tianshou_floor_us(steps: int) -> float:
     return 1e6 * (time.perf_counter() - start) / (steps // n * n)
 
 
-def tianshou_rows(rounds: int) -> None:
+def tianshou_rows(rounds: int) -> list[dict]:
     us = medians(interleaved({"stock": partial(tianshou_collect_us, False, 5_000),
                               "stock 10": partial(tianshou_collect_us, False, 3_000, per_call=10),
                               "lean": partial(tianshou_collect_us, True, 5_000),
                               "lean 10": partial(tianshou_collect_us, True, 3_000, per_call=10),
                               "floor": partial(tianshou_floor_us, 5_000)}, rounds, alternate=True))
+    rows = []
     for label, stock, lean in (("Tianshou, 10 envs", "stock", "lean"), ("  10 steps a call", "stock 10", "lean 10")):
         print(f"  {label:<18} {us[stock]:>7.1f} {us[lean]:>7.1f} {us['floor']:>7.1f} {'':>7} "
               f"{us[lean] / us[stock]:>9.2f}x {us[lean] / us['floor']:>9.2f}x", flush=True)
+        rows.append({"case": f"Tianshou DQN, 10 envs{', 10 steps a call' if stock == 'stock 10' else ''}",
+                     **_us_row({"stock": us[stock], "lean": us[lean], "floor": us["floor"]})})
+    return rows
 
 
 def main() -> None:
@@ -377,15 +394,19 @@ def main() -> None:
     parser.add_argument("--framework", action="store_true", help="SB3 off-policy collection: stock, lean, floor")
     parser.add_argument("--rounds", type=int, default=5, help="--framework: interleaved rounds")
     parser.add_argument("--split", action="store_true", help="Pong: envpool threads x torch threads x inference path")
-    parser.add_argument("--json", help="write results here")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
     if args.split:
-        split_rows(args.envs, args.steps)
+        rows = split_rows(args.envs, args.steps)
+        best = max(rows, key=lambda row: row["lean_agent_steps_per_s"])
+        _results.write(args.out, "collect_bench", rows=rows, mode="split",
+                       headline=(f"Pong, envpool + CNN, lean path: {best['lean_agent_steps_per_s']:,.0f} agent steps/s "
+                                 f"({best['envpool_threads']} envpool, {best['torch_threads']} torch threads)"))
         return
     if args.framework:
-        framework_rows(args.rounds, max(args.steps, 4_000))
-        ppo_rows(args.rounds)
-        tianshou_rows(args.rounds)
+        rows = framework_rows(args.rounds, max(args.steps, 4_000)) + ppo_rows(args.rounds) + tianshou_rows(args.rounds)
+        _results.write(args.out, "collect_bench", rows=rows, mode="framework",
+                       headline=f"{rows[0]['case']} collection: lean {rows[0]['lean_vs_stock']:.2f}x stock's time")
         return
     torch.set_grad_enabled(False)
     results = {"raw envpool": raw_envpool(args.envs, args.steps),
@@ -399,9 +420,10 @@ def main() -> None:
     print(f"Pong, {args.envs} envs, {args.steps} vector steps each, torch threads {torch.get_num_threads()}")
     for name, rate in results.items():
         print(f"  {name:<22} {rate:9,.0f} agent steps/s  ({rate * 4:,.0f} frames/s)  {rate / raw:6.1%} of raw envpool")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    rows = [{"case": name, "agent_steps_per_s": rate, "of_raw_envpool": rate / raw} for name, rate in results.items()]
+    _results.write(args.out, "collect_bench", rows=rows, mode="pong", envs=args.envs,
+                   headline=(f"Pong, envpool + CNN: {results['envpool + CNN']:,.0f} agent steps/s, the shared-core "
+                             f"ceiling {results['ceiling on these cores']:,.0f}"))
 
 
 if __name__ == "__main__":

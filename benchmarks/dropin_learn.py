@@ -1,5 +1,5 @@
 """Seconds for the same ``learn()``: stock SB3, the README's drop-in, and the drop-in with
-``training.fused_optimizer``, in one run. Two tasks:
+``training.fused_optimizer``, in one run. Three tasks:
 
 - ``dqn-cartpole``: CartPole-v1 DQN with RL Zoo's settings (256-256 net, batch 64, 128 gradient steps
   every 256 env steps), the ``classic_control`` preset;
@@ -22,9 +22,10 @@ ratio is the median over segments: the host's drifts over minutes then hit every
 Also reported: the share of stock's time in ``train()`` (Amdahl: what a faster update can give at most).
 
 Usage:
-    python benchmarks/dropin_learn.py [--task dqn-cartpole] [--steps 12000] [--rounds 3] [--callback-only]
-    python benchmarks/dropin_learn.py --task sac-pendulum --steps 3000 --segment 250 --callback-only
-    python benchmarks/dropin_learn.py --task ppo-cartpole --steps 16384 --segment 2048
+    python -m benchmarks.dropin_learn [--task dqn-cartpole] [--steps 12000] [--rounds 3] [--callback-only]
+    python -m benchmarks.dropin_learn --task sac-pendulum --steps 3000 --segment 250 --callback-only
+    python -m benchmarks.dropin_learn --task ppo-cartpole --steps 16384 --segment 2048
+        [--out benchmarks/results/dropin-lean-step]  (writes dropin_learn-<task>.json)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from rlaccel_sb3.train import zoo_settings
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
 
+from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved
 
 TASKS = {"dqn-cartpole": (DQN, "dqn", "CartPole-v1", "classic_control"),
@@ -96,6 +98,7 @@ def main() -> None:
                              "stopped (one round): a finer grain against the host's drifts than whole runs")
     parser.add_argument("--callback-only", action="store_true",
                         help="also SB3's own ReplayBuffer with the callback (no tiered buffer)")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
     _, algo, env_id, _ = TASKS[args.task]
     if args.callback_only and args.task == "ppo-cartpole":
@@ -124,10 +127,17 @@ def main() -> None:
     print(f"  stock: train() is {100 * statistics.median(shares):.0f}% of learn()")
     total = sum if args.segment else statistics.median  # one round of segments, or whole runs
     print(f"  {'variant':<28} {'seconds':>8} {'vs stock':>9}  per {'segment' if args.segment else 'round'}")
+    rows = []
     for variant in variants:
         ratios = [v / s for v, s in zip(seconds[variant], seconds["stock"])]
         print(f"  {variant:<28} {total(seconds[variant]):>8.1f} {statistics.median(ratios):>8.2f}x  "
               f"{min(ratios):.2f}-{max(ratios):.2f}x", flush=True)
+        rows.append({"variant": variant, "seconds": total(seconds[variant]), "vs_stock": statistics.median(ratios),
+                     "vs_stock_range": [min(ratios), max(ratios)]})
+    dropin = next(row for row in rows if row["variant"] == "drop-in")
+    _results.write(args.out, "dropin_learn", name=f"dropin_learn-{args.task}", rows=rows, task=args.task,
+                   env_steps=args.steps, train_share_of_stock=statistics.median(shares),
+                   headline=f"SB3 {algo.upper()} {env_id} `learn()`: {dropin['vs_stock']:.2f}x stock's time")
 
 
 if __name__ == "__main__":

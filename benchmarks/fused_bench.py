@@ -27,8 +27,9 @@ Tianshou's ``Net``-based actor and critics, against the same floors as SB3's; PP
 minibatch step, the whole update included; floor: SB3's PPO floor with ReLU MLPs, minibatch steps only).
 
 Usage:
-    python benchmarks/fused_bench.py [--steps 64] [--rounds 5] [--per-call K] [--algos dqn,qrdqn,sac,td3,ddpg] [--frameworks sb3,tianshou]
-        [--tianshou-algos dqn,qrdqn,sac,td3,ddpg,ppo] [--fused-optimizer]
+    python -m benchmarks.fused_bench [--steps 64] [--rounds 5] [--per-call K] [--algos dqn,qrdqn,sac,td3,ddpg]
+        [--frameworks sb3,tianshou] [--tianshou-algos dqn,qrdqn,sac,td3,ddpg,ppo] [--fused-optimizer]
+        [--out benchmarks/results/fused-sb3-lean]
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved, medians, seconds
 
 SIZES = [((64, 64), 64), ((256, 256), 256)]  # (hidden layers, batch size)
@@ -187,7 +189,9 @@ def main() -> None:
     parser.add_argument("--no-a2c", dest="a2c", action="store_false", help="skip the SB3 A2C rows")
     parser.add_argument("--fused-optimizer", action="store_true",
                         help="the fused column with training.fused_optimizer: true (single-kernel optimizer step)")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
+    ROWS.clear()
     FUSED_OPTIMIZER["fused_optimizer"] = args.fused_optimizer
     from rlaccel_sb3.fused import fused_train_for
 
@@ -235,6 +239,10 @@ def main() -> None:
             tianshou_actor_critic_rows(algo, args.steps, args.rounds)
         if "ppo" in tianshou_algos:
             tianshou_ppo_rows(args.rounds)
+    first = ROWS[0]
+    _results.write(args.out, "fused_bench", rows=ROWS, steps=args.steps, fused_optimizer=args.fused_optimizer,
+                   headline=(f"{first['algorithm']} {first['net']} batch {first['batch']}, a gradient step: fused "
+                             f"{first['fused_vs_stock']:.2f}x the framework's time"))
 
 
 def ppo_rows(rounds: int) -> None:
@@ -353,8 +361,14 @@ def ppo_floor(hidden: tuple[int, ...], batch: int, epochs: int, transitions: int
     return time.perf_counter() - start
 
 
+ROWS: list[dict] = []  # every row printed, for the results file
+
+
 def print_row(label: str, hidden: tuple[int, ...], batch: int, ms: dict[str, float]) -> None:
     """One table row from the ms per gradient step of stock, fused and the floor."""
+    ROWS.append({"algorithm": label, "net": "-".join(map(str, hidden)), "batch": batch,
+                 **{f"{name}_ms": value for name, value in ms.items()}, "fused_vs_stock": ms["fused"] / ms["stock"],
+                 "fused_vs_floor": ms["fused"] / ms["floor"]})
     print(f"{label:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
           f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
           f"{ms['stock'] / ms['floor']:>10.2f}x")

@@ -13,7 +13,7 @@ steps, one gradient step per env step) and CartPole PPO (16k env steps: 8 envs x
 no CUDA graphs for PPO — its fused ``train()`` runs eagerly — but lean collection), same seed.
 
 Usage (on a machine with a GPU; ``benchmarks/gpu_check.sh`` runs it):
-    python benchmarks/gpu_bench.py [--steps 100] [--rounds 5] [--learn]
+    python -m benchmarks.gpu_bench [--steps 100] [--rounds 5] [--learn] [--out FOLDER]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved, medians
 
 
@@ -47,8 +48,9 @@ def frames_env():
 
 
 def build(case: str):
-    from fused_bench import build as build_mlp
     from stable_baselines3 import DQN
+
+    from benchmarks.fused_bench import build as build_mlp
 
     if case == "cnn-dqn":
         model = DQN("CnnPolicy", frames_env(), buffer_size=4_000, learning_starts=100_000, seed=0, device="cuda",
@@ -72,12 +74,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cases", default="dqn:256,sac:256,td3:256,cnn-dqn:32,cnn-dqn:512")
     parser.add_argument("--learn", action="store_true", help="also time learn() end to end")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
     from rlaccel_sb3.fused import fused_train_for
 
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; ms per gradient step, median of "
           f"{args.rounds} interleaved rounds of {args.steps} steps")
     print(f"{'case':<14} {'batch':>5} {'stock':>7} {'eager':>7} {'graphs':>7} {'graphs vs stock (steps/s)':>26}")
+    rows = []
     for case in args.cases.split(","):
         name, batch = case.split(":")
         batch = int(batch)
@@ -93,15 +97,20 @@ def main() -> None:
         note = f"  ({graphs.captured} graphs)" if graphs.steps.enabled else f"  (eager: {graphs.reason})"
         print(f"{name:<14} {batch:>5} {ms['stock']:>7.3f} {ms['eager']:>7.3f} {ms['graphs']:>7.3f} "
               f"{ms['stock'] / ms['graphs']:>25.2f}x{note}", flush=True)
+        rows.append({"case": name, "batch": batch, **{f"{key}_ms": value for key, value in ms.items()},
+                     "graphs_speed_vs_stock": ms["stock"] / ms["graphs"], "graphs": note.strip(" ()")})
         for train in trains.values():
             getattr(train, "release", lambda: None)()
         del models, trains
         torch.cuda.empty_cache()
-    if args.learn:
-        learn_rows()
+    learned = learn_rows() if args.learn else []
+    headline = next((f"SAC 256-256 gradient steps on {torch.cuda.get_device_name()}, CUDA graphs: "
+                     f"{row['graphs_speed_vs_stock']:.2f}x SB3's speed" for row in rows if row["case"] == "sac"),
+                    "no SAC case run")
+    _results.write(args.out, "gpu_bench", rows=rows + learned, headline=headline, device=torch.cuda.get_device_name())
 
 
-def learn_rows() -> None:
+def learn_rows() -> list[dict]:
     from rlaccel_sb3 import AccelerateCallback
     from stable_baselines3 import DQN, PPO, SAC
     from stable_baselines3.common.env_util import make_vec_env
@@ -120,6 +129,7 @@ def learn_rows() -> None:
             16_384),
     }
     print(f"\n{'learn() end to end':<24} {'env steps':>9} {'stock s':>8} {'rlaccel s':>9} {'speed-up':>8}")
+    rows = []
     for name, (make, steps) in cases.items():
         seconds = {}
         for variant in ("stock", "rlaccel"):
@@ -132,6 +142,9 @@ def learn_rows() -> None:
             seconds[variant] = time.perf_counter() - start
         print(f"{name:<24} {steps:>9} {seconds['stock']:>8.1f} {seconds['rlaccel']:>9.1f} "
               f"{seconds['stock'] / seconds['rlaccel']:>7.2f}x", flush=True)
+        rows.append({"case": f"learn(): {name}", "env_steps": steps, "stock_s": seconds["stock"],
+                     "rlaccel_s": seconds["rlaccel"], "speed_vs_stock": seconds["stock"] / seconds["rlaccel"]})
+    return rows
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # rlaccel's GPU checks, as one prepared run for a lent GPU machine (about 5 minutes on one H200):
 #   1. the CUDA-graph equivalence tests (tests/equivalence/test_sb3_cuda_graphs.py): stock SB3 vs the graphed
 #      fused train() on the GPU, the sparse/dense phases and the device-side NaN skip;
-#   2. benchmarks/gpu_bench.py: gradient steps/s, stock vs fused eager vs fused + CUDA graphs
+#   2. python -m benchmarks.gpu_bench: gradient steps/s, stock vs fused eager vs fused + CUDA graphs
 #      (DQN, SAC, TD3 256-256; NatureCNN DQN at batch 32 and 512), and learn() end to end;
 #   3. the ONNX export in TensorRT, only where TensorRT is installed.
 # The machine has no network: packages it lacks travel as wheels in .whl/ (see the README's "GPU").
@@ -24,7 +24,7 @@ status=0
 timeout 240 python3 -m pytest -q -p no:cacheprovider -s -o addopts="" tests/equivalence/test_sb3_cuda_graphs.py \
     tests/equivalence/test_sb3_collection.py::test_lean_collection_is_sb3s_collection_on_cuda 2>&1 \
     | tee "$OUT/equivalence.log" || status=1
-timeout 300 python3 benchmarks/gpu_bench.py --learn "$@" 2>&1 | tee "$OUT/gpu_bench.log" || status=1
+timeout 300 python3 -m benchmarks.gpu_bench --learn --out "$OUT" "$@" 2>&1 | tee "$OUT/gpu_bench.log" || status=1
 if python3 -c "import tensorrt" 2>/dev/null; then
     echo "TensorRT found: not wired in yet" | tee "$OUT/tensorrt.log"
 else

@@ -5,7 +5,7 @@ call, minimum of 15 interleaved rounds, one torch thread, on the gradients of a 
 DQN 64-64 Q-network and SAC's entropy coefficient.
 
 Usage:
-    python benchmarks/grad_norm_bench.py [--rounds 15] [--number 500]
+    python -m benchmarks.grad_norm_bench [--rounds 15] [--number 500] [--out benchmarks/results/grad-norm-bench]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import timeit
 
 import torch
 
+from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved
 from rlaccel_plugins.fused.kernels import clip_grad_norm, total_norm
 
@@ -35,8 +36,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (the minimum is reported)")
     parser.add_argument("--number", type=int, default=500, help="calls per candidate per round")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    rows = []
     for name, shapes in NETWORKS.items():
         params = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
         for p in params:
@@ -48,6 +51,13 @@ def main() -> None:
         print(f"{name}: " + "  ".join(f"{k} {v:.1f} µs" for k, v in us.items())
               + f"  norm {us['total_norm'] / us['get_total_norm']:.2f}x"
               + f"  clip {us['clip_grad_norm'] / us['clip_grad_norm_']:.2f}x")
+        rows.append({"gradients": name, **{f"{k}_us": v for k, v in us.items()},
+                     "norm_vs_torch": us["total_norm"] / us["get_total_norm"],
+                     "clip_vs_torch": us["clip_grad_norm"] / us["clip_grad_norm_"]})
+    first = rows[0]
+    _results.write(args.out, "grad_norm_bench", rows=rows,
+                   headline=(f"{first['gradients']}: norm {first['norm_vs_torch']:.2f}x, clip "
+                             f"{first['clip_vs_torch']:.2f}x torch's time"))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ so JIT and compilation happen there), then the fixed work, ``--steps`` env steps
 the work's, **end to end** is warm-up + work (what a user pays). The variants take turns within a round,
 the order reversed every other round; ratios are taken within a round and reported as the median over
 rounds with a 95% bootstrap CI of it (with 3 rounds the CI is the rounds' range). Results: ``peers.json``
-in ``--out`` (read by ``benchmarks/results_index.py``) and a table on stdout.
+in ``--out`` (read by ``python -m benchmarks.results_index``) and a table on stdout.
 
 Usage:
     python -m benchmarks.peers [--tasks dqn-cartpole,sac-pendulum] [--rounds 3] [--out benchmarks/results/peers]

@@ -7,18 +7,21 @@ with the same envs. Steady state: counted from the first chunk received (actor s
 per actor, is reported separately). The per-transition overhead of the Ray path is the learner's time
 per stored transition with Ray minus without.
 
-    python benchmarks/ray_scaling.py --steps 40000 --actors 1,2,4
-    python benchmarks/ray_scaling.py --learn-seeds 3     # also: DQN to 475, one machine vs 2 Ray actors
+    python -m benchmarks.ray_scaling --steps 40000 --actors 1,2,4
+    python -m benchmarks.ray_scaling --learn-seeds 3     # also: DQN to 475, one machine vs 2 Ray actors
+
+Writes ``ray_scaling.json`` (what the results index reads) and ``results.md`` (the tables) to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
 from pathlib import Path
+
+from benchmarks import _results
 
 
 def _model(n_envs: int):
@@ -130,9 +133,10 @@ def main() -> None:
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows, "learn": learn,
-                                                  "overhead_us_per_transition": overhead_us}, indent=2))
     (out / "results.md").write_text(text + "\n")
+    best = max(rows[1:] or rows, key=lambda row: row["env_steps_per_s"])
+    _results.write(str(out), "ray_scaling", rows=rows, learn=learn, overhead_us_per_transition=overhead_us,
+                   headline=f"{best['variant']}: {best['env_steps_per_s'] / base:.2f}x the single process's collection rate")
 
 
 if __name__ == "__main__":

@@ -6,14 +6,13 @@ obs of the next one; an episode ends every ``--episode`` agent steps), the ``ata
 sample(512) latency (median), bytes per stored transition (allocated arrays / capacity).
 
 Usage:
-    python benchmarks/replay_bench.py                 # full size (~5 GB RAM, a few minutes)
-    python benchmarks/replay_bench.py --capacity-scale 0.1 --json out.json
+    python -m benchmarks.replay_bench                 # full size (~5 GB RAM, a few minutes)
+    python -m benchmarks.replay_bench --capacity-scale 0.1 --out benchmarks/results/replay-bench
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 
@@ -21,6 +20,7 @@ import numpy as np
 import torch
 
 import rlaccel_plugins as rla
+from benchmarks import _results
 
 NUM_ENVS, STACK, FRAME = 8, 4, (84, 84)
 
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--episode", type=int, default=1000, help="agent steps per episode")
     parser.add_argument("--repeats", type=int, default=100, help="sample(512) calls timed per buffer")
     parser.add_argument("--skip", default="", help="comma list of contenders to skip")
-    parser.add_argument("--json", help="write results here")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
 
     caps = [max(NUM_ENVS, int(c * args.capacity_scale)) for c in (1000, 5000, 20000, 100000)]
@@ -147,13 +147,15 @@ def main() -> None:
               f"{r['bytes_per_transition']:>17,.0f}", flush=True)
     ours = results.get("rlaccel TieredReplay (atari preset)")
     sb3 = results.get("SB3 ReplayBuffer optimize_memory_usage=True")
+    headline = "no comparison with SB3's optimize_memory_usage run"
     if ours and sb3:
         print(f"\nvs SB3 optimize_memory_usage: add rate {ours['adds_per_s'] / sb3['adds_per_s']:.2f}x, "
               f"sample time {ours['sample512_ms'] / sb3['sample512_ms']:.2f}x, "
               f"memory {ours['bytes_per_transition'] / sb3['bytes_per_transition']:.2f}x")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"capacity": capacity, "num_envs": NUM_ENVS, "results": results}, f, indent=2)
+        headline = (f"Atari-shaped data: {ours['bytes_per_transition'] / sb3['bytes_per_transition']:.2f}x the bytes "
+                    "per transition of SB3's optimize_memory_usage")
+    _results.write(args.out, "replay_bench", rows=[{"buffer": name, **r} for name, r in results.items()],
+                   capacity=capacity, num_envs=NUM_ENVS, headline=headline)
 
 
 if __name__ == "__main__":

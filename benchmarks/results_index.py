@@ -10,7 +10,7 @@ when the results page or the README table is out of date (the tests run it; ``IN
 checked, since its dates come from the git history, which a shallow clone does not have).
 
 Usage:
-    python benchmarks/results_index.py [--check]
+    python -m benchmarks.results_index [--check]
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ def commands(folder: Path) -> list[str]:
                 found.append(f"`{first[0][2:].strip()}` ({path.name})")
         elif path.name == "results.json":
             found.append(_bench_summary(json.loads(path.read_text())))
+        elif path.suffix == ".json" and path.is_file():
+            document = json.loads(path.read_text())
+            if isinstance(document, dict) and "headline" in document and document.get("command"):
+                found.append(f"`{document['command']}` ({path.name}" + (", converted from the printed output of "
+                             f"{document['converted_from']}" if document.get("converted_from") else "") + ")")
     return found
 
 
@@ -77,7 +82,7 @@ def docs_pages() -> dict[str, str]:
 
 
 def build_index() -> str:
-    about = ("Written by `python benchmarks/results_index.py`; each folder holds what the command(s) below "
+    about = ("Written by `python -m benchmarks.results_index`; each folder holds what the command(s) below "
              "wrote, on this project's 2-core VM unless a file says otherwise. Compare ratios within one run, "
              "not absolute rates across runs (the VM is not always the same machine). The current figures "
              "are in `docs/results.md`; `archive/` holds runs a later one replaced.")
@@ -130,65 +135,43 @@ def machine_name(described: str) -> str:
     return "CPU" + (f", {cores.group(1)} cores" if cores else "") + (f" ({model.group(1)})" if model else "")
 
 
-def _last_block(path: Path) -> tuple[list[str], str]:
-    """The last ``$ command`` block of a results text file (the latest run it holds) and its date: on
-    the command line (``$ ... # 2026-12-02``) or on a ``# 2026-12-02 ...`` line just above it."""
-    lines = path.read_text().splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
-    start = starts[-1] if starts else 0
-    for line in (lines[start], lines[start - 1] if start else ""):
-        date = re.search(r"(?:#|\().*?(\d{4}-\d{2}-\d{2})", line)
-        if date:
-            return lines[start:], date.group(1)
-    return lines[start:], "undated"
+def _read(file: str) -> tuple[dict, Path]:
+    """A maintained benchmark's results file (``benchmarks/_results.py``'s layout) and its path."""
+    from benchmarks import _results
+
+    path = RESULTS / file
+    return _results.read(path), path
 
 
-def _command(line: str) -> str:
-    return line[2:].partition("#")[0].strip()
+def _figure(measure: str, value: str, document: dict, path: Path) -> Figure:
+    return Figure(measure, value, document["command"], document["machine"], document["date"],
+                  str(path.relative_to(ROOT)))
 
 
 def learn_time(measure: str, file: str, variant: str = "drop-in") -> Figure:
-    """A ``benchmarks/dropin_learn.py`` run: the variant's share of stock's ``learn()`` time."""
-    path = RESULTS / file
-    block, date = _last_block(path)
-    command = _command(block[0])
-    for line in block:
-        m = re.match(rf"\s+{re.escape(variant)}\s+[\d.]+\s+([\d.]+x)(?:\s+([\d.]+-[\d.]+x))?\s*$", line)
-        if m:
-            spread = f" (segments {m.group(2).replace('-', '–')})" if m.group(2) else ""
-            return Figure(measure, f"{m.group(1)} stock's time{spread}", command,
-                          block[1].split(";")[0], date, str(path.relative_to(ROOT)))
-    raise ValueError(f"{path}: no {variant!r} row in its last run")
+    """A ``benchmarks.dropin_learn`` run: the variant's share of stock's ``learn()`` time."""
+    document, path = _read(file)
+    for row in document["rows"]:
+        if row["variant"] == variant:
+            low_high = row.get("vs_stock_range")
+            spread = f" (segments {low_high[0]:.2f}–{low_high[1]:.2f}x)" if low_high else ""
+            return _figure(measure, f"{row['vs_stock']:.2f}x stock's time{spread}", document, path)
+    raise ValueError(f"{path}: no {variant!r} row")
 
 
-def _machine_txt(folder: Path) -> tuple[str, str]:
-    """``(machine, date)`` from a results folder's ``machine.txt`` (its first line, and ``run <date>``)."""
-    about = (folder / "machine.txt").read_text()
-    return about.splitlines()[0].split(",")[0], re.search(r"run (\d{4}-\d{2}-\d{2})", about).group(1)
-
-
-def gpu_learn(measure: str, file: str, row: str) -> Figure:
-    path = RESULTS / file
-    text = path.read_text().splitlines()
-    machine, date = _machine_txt(path.parent)
-    for line in text:
-        if line.startswith(row):
-            return Figure(measure, f"{line.split()[-1]} stock's speed", "bash benchmarks/gpu_check.sh",
-                          machine, date, str(path.relative_to(ROOT)))
-    raise ValueError(f"{path}: no {row!r} row")
+def gpu_learn(measure: str, file: str, case: str) -> Figure:
+    """A ``benchmarks.gpu_bench --learn`` run: the drop-in's ``learn()`` speed on ``case``."""
+    document, path = _read(file)
+    for row in document["rows"]:
+        if row["case"] == f"learn(): {case}":
+            return _figure(measure, f"{row['speed_vs_stock']:.2f}x stock's speed", document, path)
+    raise ValueError(f"{path}: no {case!r} row")
 
 
 def checkpoint_size(measure: str, file: str, ours: str, stock: str) -> Figure:
-    path = RESULTS / file
-    block, date = _last_block(path)
-    command = _command(block[0])
-    sizes = {}
-    for line in block:
-        m = re.match(r"(.+?)\s{2,}([\d,.]+)\s+[\d,]+$", line)
-        if m:
-            sizes[m.group(1).strip()] = float(m.group(2).replace(",", ""))
-    return Figure(measure, f"{sizes[ours]:,.1f} MB against {sizes[stock]:,.1f} MB", command,
-                  block[1].split(",")[0] + " CPU", date, str(path.relative_to(ROOT)))
+    document, path = _read(file)
+    sizes = {row["buffer"]: row["pickle_mb"] for row in document["rows"]}
+    return _figure(measure, f"{sizes[ours]:,.1f} MB against {sizes[stock]:,.1f} MB", document, path)
 
 
 STUDY = RESULTS / "learning"
@@ -317,16 +300,15 @@ def current_figures() -> list[Figure]:
     return [
         *peer_figures(),
         *study_figures(),
-        learn_time("SB3 DQN CartPole-v1: learn(), fixed work", "dropin-lean-step/dropin_learn_dqn_cartpole_segments.txt"),
-        learn_time("SB3 SAC InvertedPendulum-v5: learn(), fixed work",
-                   "dropin-lean-step/dropin_learn_sac_pendulum_segments.txt"),
-        learn_time("SB3 PPO CartPole-v1: learn(), fixed work", "dropin-lean-step/dropin_learn_ppo_cartpole_segments.txt"),
-        gpu_learn("SB3 DQN CartPole-v1 on a GPU: learn(), fixed work", "gpu-h200/gpu_bench-run3-lean-collection.log",
-                  "DQN CartPole"),
-        gpu_learn("SB3 SAC Pendulum on a GPU: learn(), fixed work", "gpu-h200/gpu_bench-run3-lean-collection.log",
-                  "SAC Pendulum"),
+        learn_time("SB3 DQN CartPole-v1: learn(), fixed work", "dropin-lean-step/dropin_learn-dqn-cartpole.json"),
+        learn_time("SB3 SAC InvertedPendulum-v5: learn(), fixed work", "dropin-lean-step/dropin_learn-sac-pendulum.json"),
+        learn_time("SB3 PPO CartPole-v1: learn(), fixed work", "dropin-lean-step/dropin_learn-ppo-cartpole.json"),
+        gpu_learn("SB3 DQN CartPole-v1 on a GPU: learn(), fixed work", "gpu-h200/gpu_bench.json",
+                  "DQN CartPole (RL Zoo)"),
+        gpu_learn("SB3 SAC Pendulum on a GPU: learn(), fixed work", "gpu-h200/gpu_bench.json",
+                  "SAC Pendulum (RL Zoo)"),
         checkpoint_size("Tianshou checkpoint, 2,048 Pong transitions in a 100k buffer",
-                        "checkpoint-size/checkpoint_size.txt", "Tianshou drop-in TieredVectorReplayBuffer",
+                        "checkpoint-size/checkpoint_size.json", "Tianshou drop-in TieredVectorReplayBuffer",
                         "Tianshou VectorReplayBuffer (--stock)"),
     ]
 
@@ -366,64 +348,38 @@ def learning_section() -> str:
     return "\n".join(lines)
 
 
-# Each maintained script's latest run: its results file, a pattern on that file's last run and the
-# figure made from the pattern's groups. A new maintained script needs an entry (tested).
+# Each maintained script's latest run: its results file (what ``--out`` wrote), whose headline the page shows, or a
+# reader of its own layout. A new maintained script needs an entry (tested).
 LATEST = {
-    "async_bench.py": ("async-bench/async_bench.txt", r"sb3 DQN .*?async runs at ([\d.]+x) the speed of sync",
-                       "SB3 DQN CartPole, async: {0} sync's speed"),
-    "checkpoint_size.py": ("checkpoint-size/checkpoint_size.txt",
-                           (r"Tianshou drop-in TieredVectorReplayBuffer\s+([\d.]+)\s.*\nTianshou VectorReplayBuffer "
-                            r"\(--stock\)\s+([\d.]+)\s"), "Tianshou, 2,048 Pong transitions: {0} MB against {1} MB"),
-    "collect_bench.py": ("collect-pong/collect_bench_pong.txt",
-                         r"envpool \+ CNN\s+([\d,]+) agent steps/s.*\n.*\n\s+ceiling on these cores\s+([\d,]+)",
-                         "Pong, envpool + batched CNN: {0} agent steps/s, the shared-core ceiling {1}"),
-    "dropin_learn.py": ("dropin-lean-step/dropin_learn_dqn_cartpole_segments.txt", r"\n\s+drop-in\s+[\d.]+\s+([\d.]+x)",
-                        "SB3 DQN CartPole `learn()`: {0} stock's time"),
-    "fused_bench.py": ("fused-sb3-lean/fused_bench_sb3_all.txt", r"\ndqn\s+64-64\s+64\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+x)",
-                       "SB3 DQN 64-64 gradient step: {0} SB3's time"),
-    "gpu_bench.py": ("gpu-h200/gpu_bench-run3-lean-collection.log", r"\nsac\s.*?([\d.]+x)",
-                     "SAC 256-256 gradient steps on an H200, CUDA graphs: {0} SB3's speed"),
-    "grad_norm_bench.py": ("grad-norm-bench/grad_norm_bench.txt", r"SAC critic 256-256: .*norm ([\d.]+x)\s+clip ([\d.]+x)",
-                           "SAC 256-256 critic: norm {0}, clip {1} torch's time"),
+    "async_bench.py": "async-bench/async_bench.json",
+    "checkpoint_size.py": "checkpoint-size/checkpoint_size.json",
+    "collect_bench.py": "collect-pong/collect_bench.json",
+    "dropin_learn.py": "dropin-lean-step/dropin_learn-dqn-cartpole.json",
+    "fused_bench.py": "fused-sb3-lean/fused_bench.json",
+    "gpu_bench.py": "gpu-h200/gpu_bench.json",
+    "grad_norm_bench.py": "grad-norm-bench/grad_norm_bench.json",
     "peer_phases.py": phases_latest,
     "peers.py": peers_latest,
-    "ray_scaling.py": ("ray_scaling/results.md", r"ray, 2 actors x 4 envs \| [\d,]+ \| ([\d.]+x)",
-                       "2 actors: {0} the single process's collection rate"),
-    "replay_bench.py": ("replay-bench/replay_bench.txt", r"memory ([\d.]+x)",
-                        "Atari-shaped data: {0} the bytes per transition of SB3's optimize_memory_usage"),
-    "sb3_overhead.py": ("sb3-overhead/sb3_overhead.txt", r"drop-in\s+[\d.]+ us\s+overhead ([+-][\d.]+%)",
-                        "the drop-in per env step: {0} against stock"),
-    "tianshou_overhead.py": ("tianshou-overhead/tianshou_overhead.txt",
-                             r"\n\s+tiered\s+[\d.]+ us per env step\s+\(([\d.]+x) stock\)",
-                             "the tiered buffer per env step: {0} stock's time"),
-    "update_overheads.py": ("update-overheads/update_overheads-flat-actor-critic.txt",
-                            r"SB3 SAC 64-64 b64: a step's network calls.*?([\d.]+x)\n",
-                            "SB3 SAC 64-64, a step's network calls: {0} SB3's time"),
-    "updates_bench.py": ("updates-bench/updates_bench.txt", r"\n\s+512\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)",
-                         "NatureCNN at batch 512: a dense step {0} of a full one's time"),
+    "ray_scaling.py": "ray_scaling/ray_scaling.json",
+    "replay_bench.py": "replay-bench/replay_bench.json",
+    "sb3_overhead.py": "sb3-overhead/sb3_overhead.json",
+    "tianshou_overhead.py": "tianshou-overhead/tianshou_overhead.json",
+    "update_overheads.py": "update-overheads/update_overheads.json",
+    "updates_bench.py": "updates-bench/updates_bench.json",
 }
 
 
 def latest_figure(script: str) -> tuple[str, str, str]:
-    """``(figure, date, source)`` of a maintained script's latest run, read from its results file (a
-    ``command.txt`` beside a results file without a ``$ command`` line gives the date)."""
-    if callable(LATEST[script]):  # a script writing JSON: read, not scraped
-        return LATEST[script]()
-    file, pattern, template = LATEST[script]
-    path = RESULTS / file
-    block, date = _last_block(path)
-    if date == "undated" and (path.parent / "command.txt").exists():
-        date = _last_block(path.parent / "command.txt")[1]
-    if date == "undated" and (path.parent / "machine.txt").exists():
-        date = _machine_txt(path.parent)[1]
-    m = re.search(pattern, "\n" + "\n".join(block))
-    if m is None:
-        raise ValueError(f"{path}: {pattern!r} finds nothing in its last run")
-    return template.format(*m.groups()), date, str(path.relative_to(ROOT))
+    """``(figure, date, source)`` of a maintained script's latest run, read from its results file."""
+    entry = LATEST[script]
+    if callable(entry):
+        return entry()
+    document, path = _read(entry)
+    return document["headline"], document["date"], str(path.relative_to(ROOT))
 
 
 def maintained_scripts() -> list[Path]:
-    return [p for p in sorted((ROOT / "benchmarks").glob("*.py")) if p.name not in ("__init__.py", "results_index.py")]
+    return [p for p in sorted((ROOT / "benchmarks").glob("[!_]*.py")) if p.name != "results_index.py"]
 
 
 def suite_section() -> str:
@@ -449,9 +405,9 @@ def build_results_page() -> str:
     figures = current_figures()
     return "\n".join([
         "# Benchmarks and results", "",
-        "<!-- Written by `python benchmarks/results_index.py` from the results files; do not edit. -->", "",
+        "<!-- Written by `python -m benchmarks.results_index` from the results files; do not edit. -->", "",
         ("Every figure here is read from a results file in `benchmarks/results/` by "
-        "`python benchmarks/results_index.py`. Speed is a same-run ratio on fixed work against the stock "
+        "`python -m benchmarks.results_index`. Speed is a same-run ratio on fixed work against the stock "
         "framework, variants interleaved; learning is many seeds per variant with 95% CIs. Timings on the "
         "2-core VMs these ran on are noisy: compare ratios within a run, not absolute rates across runs."), "",
         "## Current figures", "", figures_table(figures, link=False), "",
@@ -499,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(wanted)
     if args.check and stale:
-        print(f"out of date: {', '.join(map(str, stale))}; run python benchmarks/results_index.py")
+        print(f"out of date: {', '.join(map(str, stale))}; run python -m benchmarks.results_index")
         return 1
     print(f"written: {', '.join(map(str, stale)) or 'nothing (all up to date)'}")
     return 0

@@ -10,13 +10,12 @@ rounds of the variant/stock ratio within a round (robust to the host's slow phas
 - per gradient step: ``train()`` on a full buffer (buffer sample + DQN update), RL Zoo's batch 64
 
 Usage:
-    python benchmarks/sb3_overhead.py [--env-steps 20000] [--grad-steps 2000] [--rounds 5]
+    python -m benchmarks.sb3_overhead [--env-steps 20000] [--grad-steps 2000] [--rounds 5]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import timeit
 
@@ -26,6 +25,7 @@ from rlaccel_sb3 import TieredReplayBuffer
 from rlaccel_sb3.train import zoo_settings
 from stable_baselines3 import DQN
 
+from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved, median_ratio, medians, round_ratios
 
 
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--grad-steps", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--fill", type=int, default=50_000, help="transitions in the buffers the gradient steps sample")
-    parser.add_argument("--json", help="write results here")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
 
     trained = {}
@@ -110,9 +110,8 @@ def main() -> None:
           f"gradient step {spread['grad'].min():.2f}-{spread['grad'].max():.2f}")
     print(f"buffer.add: stock {calls['stock'][0]:.1f} us, tiered {calls['tiered'][0]:.1f} us; "
           f"sample(64): stock {calls['stock'][1]:.1f} us, tiered {calls['tiered'][1]:.1f} us (best of 5)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    _results.write(args.out, "sb3_overhead", rows=[result],
+                   headline=f"the drop-in per env step: {dropin - 1:+.1%} against stock")
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ A second table times one ``hasnull()`` call on an Atari-shaped buffer (4x84x84 s
 last frames), the trainer's per-training-step check.
 
 Usage:
-    python benchmarks/tianshou_overhead.py [--env-steps 20000] [--rounds 3] [--atari-size 20000]
+    python -m benchmarks.tianshou_overhead [--env-steps 20000] [--rounds 3] [--atari-size 20000]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import time
 
 import gymnasium as gym
@@ -36,6 +35,7 @@ from tianshou.env import DummyVectorEnv
 from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
 
+from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved, medians
 
 TIERS = dict(level_capacity=[2000, 18000], sampling_ratio=[0.3, 0.7])
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--atari-size", type=int, default=20_000)
-    parser.add_argument("--json", help="write results here")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
     variants = ("stock", "tiered", "tiered, stock hasnull")
     times = interleaved({v: functools.partial(run, v, args.env_steps) for v in variants}, args.rounds)
@@ -115,9 +115,10 @@ def main() -> None:
     atari = atari_hasnull_ms(args.atari_size)
     print(f"hasnull() on a full {args.atari_size:,}-transition Atari buffer: stock {atari['stock']:.0f} ms, "
           f"tiered (incremental) {atari['tiered']:.2f} ms")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"us_per_env_step": med, "rounds": times, "atari_hasnull_ms": atari}, f, indent=2)
+    _results.write(args.out, "tianshou_overhead", rows=[{"variant": v, "us_per_env_step": med[v],
+                                                          "vs_stock": med[v] / med["stock"]} for v in variants],
+                   rounds=times, atari_hasnull_ms=atari,
+                   headline=f"the tiered buffer per env step: {med['tiered'] / med['stock']:.2f}x stock's time")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ Interleaved rounds, the minimum per piece (the host's noise only ever adds time)
   ``rlaccel_sb3.flat_actor_critic`` (the same ops without module calls).
 
 Usage:
-    python benchmarks/update_overheads.py [--rounds 7] [--number 2000]
+    python -m benchmarks.update_overheads [--rounds 7] [--number 2000]
 """
 
 from __future__ import annotations
@@ -30,15 +30,17 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved
 
 
 def tianshou_pieces() -> dict[str, tuple]:
-    from fused_bench import tianshou_actor_critic
     from rlaccel_tianshou import buffer_reads
     from rlaccel_tianshou import flat_networks as ts_networks
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
+
+    from benchmarks.fused_bench import tianshou_actor_critic
 
     td3 = tianshou_actor_critic("td3", (64, 64))
     buffer = VectorReplayBuffer(20_000, 10)
@@ -126,6 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--number", type=int, default=2000, help="calls per timing")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
     np.random.seed(0)
     torch.manual_seed(0)
@@ -133,11 +136,17 @@ def main() -> None:
     print(f"{platform.machine()}, torch {torch.__version__}; µs per call, minimum of {args.rounds} interleaved rounds "
           f"of {args.number} calls")
     print(f"{'piece':<66} {'own':>8} {'rlaccel':>8} {'ratio':>7}")
+    rows = []
     for name, (own, lean) in pieces.items():
         times = interleaved({key: partial(timeit.timeit, call, number=args.number)
                              for key, call in (("own", own), ("lean", lean))}, args.rounds, alternate=True)
         best = {k: min(v) / args.number * 1e6 for k, v in times.items()}
         print(f"{name:<66} {best['own']:>8.1f} {best['lean']:>8.1f} {best['lean'] / best['own']:>6.2f}x")
+        rows.append({"piece": name, "own_us": best["own"], "rlaccel_us": best["lean"],
+                     "rlaccel_vs_own": best["lean"] / best["own"]})
+    sac = next((row for row in rows if row["piece"].startswith("SB3 SAC 64-64")), rows[-1])
+    _results.write(args.out, "update_overheads", rows=rows,
+                   headline=f"{sac['piece']}: {sac['rlaccel_vs_own']:.2f}x the framework's time")
 
 
 if __name__ == "__main__":

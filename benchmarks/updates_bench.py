@@ -12,19 +12,19 @@ The FLOP ratio comes from the updater's own counters (``torch.utils.flop_counter
 target forward added to both sides: ``(2F + B_dense) / (2F + B_full)``.
 
 Usage:
-    python benchmarks/updates_bench.py [--batch-sizes 32 512] [--steps 20] [--rounds 3]
+    python -m benchmarks.updates_bench [--batch-sizes 32 512] [--steps 20] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 import rlaccel_plugins as rla
+from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved, medians, seconds
 
 
@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 512])
     parser.add_argument("--steps", type=int, default=20, help="steps per variant per round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", help="write results here")
+    _results.add_out_argument(parser)
     args = parser.parse_args()
     print(f"NatureCNN DQN step on CPU, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"{'batch':>6} {'full ms':>9} {'dense ms':>9} {'preset ms':>10} {'time ratio':>11} {'FLOP ratio':>11} "
@@ -107,9 +107,10 @@ def main() -> None:
         print(f"{b:>6} {r['ms_full']:>9.1f} {r['ms_dense']:>9.1f} {r['ms_preset']:>10.1f} "
               f"{r['time_ratio_dense_full']:>11.3f} {r['flop_ratio_dense_full']:>11.3f} "
               f"{r['backward_flops_saved_fraction']:>15.1%}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    largest = results[-1]
+    _results.write(args.out, "updates_bench", rows=results,
+                   headline=(f"NatureCNN at batch {largest['batch_size']}: a dense step {largest['time_ratio_dense_full']:.3f} "
+                             "of a full one's time"))
 
 
 if __name__ == "__main__":

@@ -3,15 +3,19 @@ timing: nothing here is asserted about speed). ``gpu_bench.py`` needs CUDA (``be
 runs it on a GPU machine) and ``ray_scaling.py`` starts a Ray cluster per run (half a minute), so
 both are only checked to parse their arguments. The finished one-offs in ``benchmarks/investigations/``
 are not maintained and not run.
-Each runs in the test's own process (``tests.script_helpers.run_script``)."""
+Each runs in the test's own process as ``python -m benchmarks.<name>`` runs it
+(``tests.script_helpers.run_module``), and writes the results file the results index reads."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.script_helpers import run_script
+from benchmarks import _results
+from tests.script_helpers import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,11 +40,35 @@ TINY = {
 
 
 def test_every_maintained_benchmark_has_a_smoke_run():
-    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {"__init__.py", "results_index.py"}
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("[!_]*.py")} - {"results_index.py"}
     assert scripts == set(TINY), f"add the new benchmark to TINY (or move it to investigations/): {scripts ^ set(TINY)}"
 
 
 @pytest.mark.parametrize("script", sorted(TINY))
 def test_the_benchmark_runs_at_a_tiny_size(script, tmp_path, monkeypatch, capsys):
-    out = run_script(ROOT / "benchmarks" / script, TINY[script], tmp_path, monkeypatch, capsys)
+    args = TINY[script] + ([] if "--help" in TINY[script] else ["--out", str(tmp_path / "results")])
+    out = run_module(f"benchmarks.{script[:-3]}", args, tmp_path, monkeypatch, capsys)
     assert out.strip(), "it printed nothing"
+    if "--help" in args:
+        return
+    written = sorted((tmp_path / "results").glob("*.json"))
+    assert written, "it wrote no results file"
+    for path in written:
+        document = json.loads(path.read_text())
+        if script not in ("peers.py", "peer_phases.py"):  # their own richer layout, read by the index as it is
+            document = _results.read(path)
+            assert document["command"].startswith(f"python -m benchmarks.{script[:-3]} ")
+            assert document["rows"] and re.search(r"\d", document["headline"]), document["headline"]
+
+
+def test_a_results_file_is_written_whole_and_read_only_when_complete(tmp_path):
+    path = _results.write(str(tmp_path), "async_bench", headline="x 1.00x", rows=[{"a": 1}], argv=["--steps", "8"])
+    document = _results.read(path)
+    assert document["command"] == "python -m benchmarks.async_bench --steps 8"
+    assert document["rows"] == [{"a": 1}] and "commit" in document and "machine" in document
+    assert [p.name for p in tmp_path.iterdir()] == ["async_bench.json"]  # no temporary file left
+    assert _results.write(None, "async_bench", headline="x", rows=[]) is None
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"command": "c", "rows": []}))
+    with pytest.raises(ValueError, match="date, machine, headline"):
+        _results.read(broken)

@@ -45,7 +45,7 @@ def test_the_presets_page_lists_every_registered_preset():
 
 
 def test_the_results_page_and_the_readme_table_match_the_results_files():
-    check = subprocess.run([sys.executable, "benchmarks/results_index.py", "--check"], cwd=ROOT,
+    check = subprocess.run([sys.executable, "-m", "benchmarks.results_index", "--check"], cwd=ROOT,
                            capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
 

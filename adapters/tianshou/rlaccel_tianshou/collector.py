@@ -13,7 +13,7 @@ under ``torch.no_grad``, without the info, input and output ``Batch``es, and exp
 policy's own ``add_exploration_noise`` (the same numpy draws). Each ``collect()`` call switches the
 policy to eval mode and back as Tianshou does, with the flags set on one list of modules instead of
 ``Module.train``'s two recursive walks. Equivalence is tested step by step in
-``tests/tianshou/test_tianshou_collector.py``; ``python benchmarks/collect_bench.py --framework`` measures it.
+``tests/tianshou/test_tianshou_collector.py``; ``python -m benchmarks.collect_bench --framework`` measures it.
 """
 
 from __future__ import annotations
