@@ -44,7 +44,7 @@ def commands(folder: Path) -> list[str]:
         elif path.suffix == ".json" and path.is_file():
             document = json.loads(path.read_text())
             if isinstance(document, dict) and "headline" in document and document.get("command"):
-                found.append(f"`{document['command']}` ({path.name}" + (", converted from the printed output of "
+                found.append(f"`{document['command']}` ({path.name}" + (", converted from "
                              f"{document['converted_from']}" if document.get("converted_from") else "") + ")")
     return found
 

@@ -67,7 +67,7 @@ def run_demo(seeds: int = 5, steps: int = 30_000, out: str = "demo-results", wor
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / RUNS_FILE).unlink(missing_ok=True)  # the demo starts over every time
-    raw_env_steps_per_s(task.env_id, seconds=0.5)  # a first, cold probe reads 30-50% slow: not counted
+    raw_env_steps_per_s(task.env_id, seconds=0.5)  # a first, cold probe reads slow: not counted
     meter = HostMeter()
     meter.probe(raw_env_steps_per_s(task.env_id, seconds=1.0)["env_steps_per_s"])
     print(f"1/2 speed: stock SB3 DQN and the drop-in learn {segments} x {segment_steps:,} env steps each, "

@@ -18,7 +18,7 @@ THRESHOLDS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.
               "InvertedPendulum-v5": 950.0, "InvertedDoublePendulum-v5": 9_100.0, "Pong-v5": 18.0,
               "PongNoFrameskip-v4": 18.0}
 # Tasks whose step costs microseconds: envpool's worker threads cost more in hand-offs than they save
-# (measured CartPole, 4 envs, 2 cores: 183 us per vector step with a thread per env, 70 us with one).
+# (the measurement: docs/notes/constants.md).
 CHEAP_TASKS = frozenset({"CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
                          "Pendulum-v1"})
 

@@ -37,8 +37,8 @@ def envpool_threads(env_id: str, num_envs: int) -> int:
     return 1 if task_info(env_id).cheap else max(1, min(num_envs, cpu_count()))
 
 
-# Below this many envs a microsecond task steps faster in-process: measured CartPole, 4 envs, 2 cores:
-# SB3's DummyVecEnv 50 us per vector step, EnvPoolVecEnv 100 us; at 16 envs envpool wins (66 vs 243 us).
+# Below this many envs a microsecond task steps faster in-process than through envpool's hand-offs (the
+# measurement: docs/notes/constants.md)
 ENVPOOL_MIN_ENVS_FOR_CHEAP_TASKS = 8
 
 

@@ -155,8 +155,8 @@ def _spread(rows_data: np.ndarray, rows: np.ndarray, length: int) -> np.ndarray:
 
 def _rows_hold_null(batch: Batch, rows: np.ndarray) -> bool | None:
     """``batch[rows].hasnull()`` — ``pd.isnull`` of every leaf's rows, any true — read straight from the leaf
-    arrays (Tianshou builds the indexed ``Batch``, then a ``Batch`` of masks: ~0.4 ms for a step of 10
-    envs, and its trainer and collector each ask once per step); None where a leaf is not an array."""
+    arrays (Tianshou builds the indexed ``Batch``, then a ``Batch`` of masks, and its trainer and
+    collector each ask once per step); None where a leaf is not an array."""
     for value in batch.values():
         if isinstance(value, Batch):
             found = _rows_hold_null(value, rows)

@@ -114,7 +114,7 @@ def training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarray
     autocast, and multi-tensor optimizer kernels (single-kernel ones with ``training.fused_optimizer``)."""
     from tianshou.utils.torch_utils import torch_train_mode
 
-    # the train/eval switch walks every module twice per update (~15% of a small one); it changes
+    # the train/eval switch walks every module twice per update (a measurable share of a small one); it changes
     # nothing for networks whose layers compute the same in both modes, so such networks skip it
     with contextlib.nullcontext() if is_mode_free(*modules) else torch_train_mode(wrapper):
         attaching = wrapper.updater is not None and not wrapper.updater.attachments
