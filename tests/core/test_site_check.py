@@ -1,0 +1,58 @@
+"""The docs site as a reader sees it, in headless Chromium (``tools.site_check``): the check finds each kind of
+defect on a page made to show it, and the built site shows none at desktop and narrow widths.
+
+Needs Chromium and Playwright's Python client (``apt-get install chromium``, ``pip install playwright``); CI's
+machines have neither, so there these skip; run them before changing the docs' layout or CSS."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import site_check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.needs("playwright"),
+              pytest.mark.skipif(site_check.chromium() is None, reason="needs Chromium (apt-get install chromium)")]
+
+PAGE = """<!doctype html><html><head><meta name="viewport" content="width=device-width"><style>
+body {{ margin: 0; font: 16px sans-serif; }} .md-content {{ width: 300px; }}
+pre code {{ display: block; overflow-x: {overflow}; }} td {{ overflow-wrap: {wrap}; }}
+</style></head><body><div class="md-content">
+<pre><code>a line of code longer than the column it sits in, by a long way, on any screen</code></pre>
+<table><tr><td style="width: 40px">classic_control</td><td>a wide cell</td></tr></table>
+<div style="width: {page}px">content</div>
+</div></body></html>"""
+
+
+def site_with(tmp_path: Path, **style) -> Path:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text(PAGE.format(**style))
+    return site
+
+
+def test_the_check_finds_a_cut_code_block_a_cut_word_and_a_page_wider_than_the_window(tmp_path):
+    defects = site_check.check(site_with(tmp_path, overflow="hidden", wrap="anywhere", page=2000))
+    for what in ("code block cut off", "word cut across lines in a table: cl", "page wider than the window"):
+        assert any(what in line for line in defects), (what, defects)
+
+
+def test_the_check_passes_a_page_that_scrolls_its_code_and_keeps_its_words(tmp_path):
+    defects = site_check.check(site_with(tmp_path, overflow="auto", wrap="normal", page=100))
+    assert defects == []
+
+
+@pytest.mark.needs("mkdocs")
+def test_the_built_site_shows_no_defect_a_reader_sees(tmp_path):
+    site = tmp_path / "site"
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--site-dir", str(site)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300, check=False,
+                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert build.returncode == 0, build.stderr[-2000:]
+    assert site_check.check(site) == []
