@@ -5,7 +5,7 @@ cut across lines in a table (elsewhere than after a hyphen, a dash or a slash), 
 Needs Chromium and Playwright's Python client (``apt-get install chromium``, ``pip install playwright``;
 Playwright's own browser download is not needed)::
 
-    mkdocs build -d /tmp/site && python -m tools.site_check /tmp/site [--screenshots /tmp/shots]
+    mkdocs build -d site && python -m tools.site_check site [--screenshots shots]
 
 Exits 1 when it finds a defect, printing one line per defect (page, width, what, where).
 """
