@@ -3,7 +3,8 @@
 Tianshou 2.0 jit-compiles its buffer-index and return kernels (``ReplayBufferManager``'s
 ``_prev_index`` / ``_next_index``, ``_gae``, ``_nstep_return``, the segment tree's) with ``@njit`` and
 no on-disk cache, so every new process pays the compilation when it builds its first vector buffer
-and algorithm: 12.5 s on this 2-core machine, against 0.7 s loading them from numba's cache. Every
+and algorithm: many times what loading them from numba's cache costs (the measurement is in the docs'
+lab notebook, "Measurements behind constants in the code"). Every
 ``rlaccel bench`` variant, Ray actor and resumed run is a new process.
 
 :func:`cache_tianshou_kernels` turns numba's own cache on for those kernels (``Dispatcher.enable_caching``,
