@@ -33,19 +33,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 RATIO_SCHEDULES = ("constant", "anneal")
 # how a batch is drawn: uniform over everything stored (the frameworks' own distribution), the tiers'
 # per-level ratios, ERE (Wang & Ross 2019) or CER (Zhang & Sutton 2017); replay/schemes.py
-AUTO_SAMPLING = "auto"  # the sampling the learning study decided per algorithm family (replay/evidence.py)
-
-
-def sampling_schemes() -> tuple[str, ...]:
-    """What ``sampling:`` accepts: ``auto`` and every scheme of the registry (``replay.schemes.SCHEMES``).
-
-    Examples:
-        >>> sampling_schemes()
-        ('auto', 'tiers', 'uniform', 'ere', 'cer')
-    """
-    from rlaccel_plugins.replay.schemes import SCHEMES  # numpy's import, paid only where a config is checked
-
-    return (AUTO_SAMPLING, *SCHEMES)
+SAMPLING_SCHEMES = ("auto", "uniform", "tiers", "ere", "cer")
 RATIO_TOLERANCE = 1e-6
 # settings that only the tiers' sampling reads: values that set one of them (and not ``sampling``) set
 # ``sampling: tiers`` too, so ratios a user writes are never silently unused
@@ -159,7 +147,7 @@ class ReplayBufferConfig:
 
     def __post_init__(self) -> None:
         levels = _int("levels", self.levels, minimum=1)
-        _choice("sampling", self.sampling, sampling_schemes())
+        _choice("sampling", self.sampling, SAMPLING_SCHEMES)
         eta = _float("ere_eta", self.ere_eta, positive=True)
         if eta > 1:
             raise invalid("ere_eta", "be in (0, 1]", self.ere_eta, "The paper's value is 0.996.")

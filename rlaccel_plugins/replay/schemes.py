@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from rlaccel_plugins.config import ReplayBufferConfig
 from rlaccel_plugins.replay.sampler import SampledIndices, TieredSampler
 from rlaccel_plugins.replay.tiers import TierLayout
-
-if TYPE_CHECKING:  # config validates `sampling:` against SCHEMES, importing this module when it does
-    from rlaccel_plugins.config import ReplayBufferConfig
 
 
 class Sampler(Protocol):
