@@ -289,7 +289,9 @@ def study_figures() -> list[Figure]:
                               speed["command"], speed["machine"].split(",")[0], speed["date"],
                               str((STUDY / "speed.json").relative_to(ROOT))))
         if pair:
-            out.append(Figure(f"{task}: learning, P(drop-in > stock), {row['runs']} seeds", _ci(pair),
+            ours, stocks = found["runs"]
+            runs = f"{ours} seeds" if ours == stocks else f"{ours} runs against stock's {stocks}"
+            out.append(Figure(f"{task}: learning, P(drop-in > stock), {runs}", _ci(pair),
                               " && ".join(study_commands(study)), speed["machine"].split(",")[0], study["updated"][:10],
                               str((STUDY / "stats.json").relative_to(ROOT))))
     return out
