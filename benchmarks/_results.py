@@ -50,10 +50,10 @@ def write(out: str | None, script: str, *, headline: str, rows: list[dict[str, A
     folder.mkdir(parents=True, exist_ok=True)
     document = {"command": command(script, argv), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
                 **provenance(), "headline": headline, "rows": rows, **about}
+    text = json.dumps(document, indent=1) + "\n"  # a value JSON cannot hold fails here, before any file exists
     path = folder / f"{name or script}.json"
     with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as handle:
-        json.dump(document, handle, indent=1)
-        handle.write("\n")
+        handle.write(text)
     os.replace(handle.name, path)
     return path
 

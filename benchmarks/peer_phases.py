@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
+from benchmarks import _results
 from benchmarks.peers import COMPILED_ALGOS, TASKS, _model, sbx_available
 from rlaccel_plugins.bench.report import machine
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--variants must name {', '.join(VARIANTS)}; got {args.variants}")
     task = TASKS[args.task]
     warmup = args.warmup or task.warmup
-    command = "python -m benchmarks.peer_phases " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = _results.command("peer_phases", argv)
     print(f"$ {command}\n{machine()}, torch {torch.__version__}", flush=True)
     variants = [v for v in wanted if (v != "SBX" or sbx_available())
                 and (v != "drop-in + compiled" or task.algo in COMPILED_ALGOS)]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from rlaccel_sb3 import AccelerateCallback, TieredReplayBuffer
 from rlaccel_sb3.fused.registry import COMPILED
 from rlaccel_sb3.train import zoo_settings
 
+from benchmarks import _results
 from rlaccel_plugins.bench.report import machine
 from rlaccel_plugins.bench.speed import ratio_ci
 from rlaccel_plugins.bench.timing import interleaved
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{flag} must name {', '.join(known)}; got {', '.join(unknown)}")
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got --rounds={args.rounds}")
-    command = "python -m benchmarks.peers " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = _results.command("peers", argv)
     print(f"$ {command}\n{machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
           + ("" if sbx_available() else "; SBX not installed (pip install -e '.[peers]')"), flush=True)
     results: dict[str, Any] = {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
