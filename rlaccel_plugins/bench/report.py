@@ -108,20 +108,22 @@ def machine() -> str:
 PROVENANCE_PACKAGES = ("rlaccel-plugins", "torch", "numpy", "gymnasium", "stable-baselines3", "sb3-contrib", "tianshou", "mujoco")
 
 
+def _git(*args: str) -> str | None:
+    """``git *args`` in this checkout (its output), or None where there is no git or no checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def provenance() -> dict[str, Any]:
     """What produced a result: the commit (and whether the tree had uncommitted changes), the package
     versions that compute it, and the machine."""
-    import subprocess
     from importlib import metadata
-
-    root = Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
-                                  check=True).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
 
     versions = {}
     for package in PROVENANCE_PACKAGES:
@@ -129,9 +131,28 @@ def provenance() -> dict[str, Any]:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             continue
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD"), "uncommitted_changes": bool(status) if status is not None else None,
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": _git("rev-parse", "HEAD"), "uncommitted_changes": bool(status) if status is not None else None,
             "versions": versions, "machine": machine()}
+
+
+def code_state() -> str | None:
+    """The Python code this checkout would run, in words that change when any tracked ``.py`` file does
+    (committed, staged or not): a commit that only adds results leaves it as it is. None outside a git checkout.
+
+    Example:
+        >>> state = code_state()
+        >>> state is None or state.startswith("python sources ")
+        True
+    """
+    import hashlib
+
+    tracked = _git("ls-files", "--stage", "--", "*.py")
+    edits = _git("diff", "--", "*.py")
+    if tracked is None or edits is None:
+        return None
+    digest = hashlib.sha1(f"{tracked}\n{edits}".encode()).hexdigest()[:10]
+    return f"python sources {digest}" + (" (with uncommitted edits)" if edits else "")
 
 
 def _step_curve(points: list[dict], key: str, grid) -> list[float]:

@@ -259,13 +259,14 @@ def finished(job: Job, status: str, payload: Any, seconds: float) -> dict[str, A
 
 
 def run_jobs(jobs: list[Job], workers: int, on_record: Callable[[dict[str, Any]], None],
-             target: Callable = learning_run) -> None:
+             target: Callable = learning_run, may_start: Callable[[], bool] = lambda: True) -> None:
     """Run every job in a fresh process, ``workers`` at a time; ``on_record`` gets each run's record as it
-    ends (:func:`finished`: an exception, or the process dying, fails only that run)."""
+    ends (:func:`finished`: an exception, or the process dying, fails only that run). Once ``may_start()``
+    says no, no more jobs start; the running ones end and are recorded."""
     context = process_context()
     pending, running = list(jobs), {}  # type: ignore[var-annotated]
-    while pending or running:
-        while pending and len(running) < workers:
+    while running or (pending and may_start()):
+        while pending and len(running) < workers and may_start():
             job = pending.pop(0)
             receive, send = context.Pipe(duplex=False)
             process = context.Process(target=with_environment, daemon=True,
@@ -353,7 +354,7 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
     records and the resume semantics are the same. A failed run is retried once, then counted as failed.
     Returns every ok record of ``out/runs.jsonl`` (those of earlier sessions included).
     """
-    from rlaccel_plugins.bench.report import provenance
+    from rlaccel_plugins.bench.report import code_state, provenance
     from rlaccel_plugins.errors import invalid
     from rlaccel_plugins.hardware import cpu_count
 
@@ -391,6 +392,10 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
     print(f"{name}: {len(jobs)} runs to do ({done} already in {runs_path}), {where}", flush=True)
     count = {"n": 0, "of": len(jobs)}
     origin = provenance()
+    started_with = code_state()
+
+    def code_unchanged() -> bool:  # a run started after an edit would record code it did not run
+        return code_state() == started_with
 
     def record(result: dict[str, Any]) -> None:
         result = {**result, "provenance": origin}
@@ -408,11 +413,11 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
         if ray:
             from rlaccel_plugins.bench.ray_jobs import run_jobs_on_ray
 
-            run_jobs_on_ray(batch, ray, lambda *ended: record(finished(*ended)), target)
+            run_jobs_on_ray(batch, ray, lambda *ended: record(finished(*ended)), target, code_unchanged)
         else:
-            run_jobs(batch, workers, record, target)
+            run_jobs(batch, workers, record, target, code_unchanged)
 
-    while jobs:  # every planned run once, then the ones that failed, until each is done or out of attempts
+    while jobs and code_unchanged():  # every planned run once, then the failed ones, until done or out of attempts
         run(jobs)
         jobs = plan(tasks, seeds, first_seed, read_runs(runs_path))
         count["of"] += len(jobs)
@@ -424,4 +429,11 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
                + (f" --steps {steps}" if steps else "") + (f" --ray {ray}" if ray else "")
                + (" --resume" if resume else ""))
     write_study_record(out, name, records, command)
+    if jobs:
+        raise ConfigError(
+            f"the code must not change while a study runs, got {code_state()} where the study started with "
+            f"{started_with}: the runs still to do would record code they did not run, so none of them started "
+            f"({len(jobs)} left; the {count['n']} that ended are in {runs_path}). Commit or undo the edit and go "
+            "on with --resume; to edit code while a study runs, run it from a checkout of its own "
+            "(git worktree add ../study-checkout).")
     return records

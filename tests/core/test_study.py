@@ -105,6 +105,13 @@ def fake_run(task, variant, seed):
     return {"task": task.key, "env_id": task.env_id, "variant": variant.name, "seed": seed, "curve": curve}
 
 
+def editing_run(task, variant, seed):
+    """:func:`fake_run`, and the first run edits the "code" (the file RLACCEL_TEST_CODE names) as it ends."""
+    if seed == 0 and variant.name == STOCK:
+        Path(os.environ["RLACCEL_TEST_CODE"]).write_text("edited")
+    return fake_run(task, variant, seed)
+
+
 def runs_of(records, status="ok"):
     return sorted((r["variant"], r["seed"]) for r in records if r["status"] == status)
 
@@ -140,6 +147,22 @@ def test_a_crashed_worker_loses_only_its_own_run_which_is_retried_once_and_resum
     assert [c.replace(f" --out {out}", "") for c in meta["commands"]] == [
         "rlaccel bench --suite learning-quick --seeds 2 --workers 2 --tasks cartpole-dqn --variant stock --variant 'drop-in, uniform (off)'",
         "rlaccel bench --suite learning-quick --seeds 4 --workers 2 --tasks cartpole-dqn --variant stock --variant 'drop-in, uniform (off)' --resume"]
+
+
+def test_a_study_starts_no_run_once_the_code_changed_and_resumes_once_it_is_committed(tmp_path, monkeypatch):
+    from rlaccel_plugins.bench import report
+
+    code = tmp_path / "code"
+    code.write_text("as the study started")
+    monkeypatch.setenv("RLACCEL_TEST_CODE", str(code))
+    monkeypatch.setattr(report, "code_state", lambda: code.read_text())
+    out = tmp_path / "study"
+    kwargs = dict(out=out, workers=1, only=["cartpole-dqn"], variants=[STOCK, UNIFORM], target=editing_run)
+    with pytest.raises(ConfigError, match=r"must not change while a study runs, got edited .* --resume"):
+        run_study("learning-quick", seeds=2, **kwargs)
+    assert runs_of(read_runs(out / "runs.jsonl")) == [(STOCK, 0)]  # the run that was going on is recorded
+    run_study("learning-quick", seeds=2, resume=True, **kwargs)  # "committed": the code is the study's again
+    assert runs_of(read_runs(out / "runs.jsonl")) == sorted([(STOCK, 0), (STOCK, 1), (UNIFORM, 0), (UNIFORM, 1)])
 
 
 def test_the_same_runs_give_the_same_report_byte_for_byte(tmp_path):
