@@ -229,9 +229,20 @@ def learning_run(task: StudyTask, variant: Variant, seed: int) -> dict[str, Any]
     return {**record, "task": task.key, "env_id": task.env_id, "budget": task.budget, "config": config}
 
 
+def study_run(target: Callable, task: StudyTask, variant: Variant, seed: int) -> tuple[str, Any]:
+    """How a study run ends wherever it runs (a local worker process, a Ray task on another machine):
+    :func:`~rlaccel_plugins.bench.processes.one_threaded`'s ``(status, payload)``, a finished run's record
+    carrying the provenance of the process that ran it (its commit, versions and machine, taken before it ran)."""
+    from rlaccel_plugins.bench.report import provenance
+
+    origin = provenance()
+    status, payload = one_threaded(target, task, variant, seed)
+    return (status, {**payload, "provenance": origin}) if status == "ok" else (status, payload)
+
+
 def _child(conn, target: Callable, task: StudyTask, variant: Variant, seed: int) -> None:
     try:
-        conn.send(one_threaded(target, task, variant, seed))
+        conn.send(study_run(target, task, variant, seed))
     finally:
         conn.close()
 
@@ -397,8 +408,8 @@ def run_study(name: str, seeds: int = 10, workers: int | None = None, out: str |
     def code_unchanged() -> bool:  # a run started after an edit would record code it did not run
         return code_state() == started_with
 
-    def record(result: dict[str, Any]) -> None:
-        result = {**result, "provenance": origin}
+    def record(result: dict[str, Any]) -> None:  # a failed run, whose process may be gone, gets the study's provenance
+        result = {**result, "provenance": result.get("provenance") or origin}
         log.append(result)
         count["n"] += 1
         if result["status"] == "ok":

@@ -404,6 +404,7 @@ def test_a_learning_study_runs_on_the_cluster_with_the_same_records_retry_and_re
     failed = [r for r in records if r["status"] == "failed"]
     assert runs_of(records, "failed") == [(UNIFORM, 1)] and "the Ray worker died" in failed[0]["error"]
     assert runs_of(records) == sorted([(STOCK, 0), (STOCK, 1), (UNIFORM, 0), (UNIFORM, 1)])
+    assert all("torch" in r["provenance"]["versions"] and r["provenance"]["machine"] for r in records)
     run_study("learning-quick", seeds=3, resume=True, **kwargs)  # only seed 2 is new
     assert runs_of(read_runs(out / "runs.jsonl")[len(records):]) == [(UNIFORM, 2), (STOCK, 2)]
     assert json.loads((out / "study.json").read_text())["commands"][-1].endswith(f"--ray {cluster.address} --resume")

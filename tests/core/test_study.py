@@ -122,13 +122,19 @@ def test_a_crashed_worker_loses_only_its_own_run_which_is_retried_once_and_resum
     marker = tmp_path / "crash"
     marker.write_text("once")
     monkeypatch.setenv("RLACCEL_TEST_CRASH", str(marker))
+    from rlaccel_plugins.bench import report
+
+    monkeypatch.setattr(report, "provenance", lambda: {"commit": "the study's"})  # in this process only
     kwargs = dict(out=out, workers=2, only=["cartpole-dqn"], variants=[STOCK, UNIFORM], target=fake_run)
     run_study("learning-quick", seeds=2, **kwargs)
     records = read_runs(out / "runs.jsonl")
     failed = [r for r in records if r["status"] == "failed"]
     assert runs_of(records, "failed") == [(UNIFORM, 1)] and "exit code 3" in failed[0]["error"]
     assert runs_of(records) == sorted([(STOCK, 0), (STOCK, 1), (UNIFORM, 0), (UNIFORM, 1)])  # the retry made it
-    assert {r["provenance"]["commit"] for r in records} and "torch" in records[0]["provenance"]["versions"]
+    # a finished run records the provenance of the process that ran it; one whose process died, the study's
+    assert all(r["provenance"]["commit"] != "the study's" and "torch" in r["provenance"]["versions"]
+               for r in records if r["status"] == "ok")
+    assert failed[0]["provenance"] == {"commit": "the study's"}
     with pytest.raises(ValueError, match="--resume"):
         run_study("learning-quick", seeds=2, **kwargs)
     # a run failing on its retry too is counted as failed, and resuming never runs it again
