@@ -52,6 +52,17 @@ def one_threaded(target: Callable[..., Any], *args: Any) -> tuple[str, Any]:
         return "failed", f"{type(exc).__name__}: {exc}"
 
 
+def run_with_provenance(target: Callable[..., Any], *args: Any) -> tuple[str, Any]:
+    """:func:`one_threaded`'s ``(status, payload)``, a finished run's record carrying the provenance of the process
+    that ran it (commit, versions, machine: taken before the run), wherever it runs (a local worker, a Ray task
+    on another machine)."""
+    from rlaccel_plugins.bench.report import provenance
+
+    origin = provenance()
+    status, payload = one_threaded(target, *args)
+    return (status, {**payload, "provenance": origin}) if status == "ok" else (status, payload)
+
+
 def with_environment(environment: dict[str, str], target: Callable[..., Any], *args: Any) -> Any:
     """``target(*args)`` with ``os.environ`` set to ``environment`` first (a forked run's environment is
     the forkserver's, not its caller's)."""

@@ -1,9 +1,10 @@
 """The learning study's runs as Ray tasks: one CPU and one fresh worker process each, on any cluster.
 
-Each run ends as it does in a local worker process (:func:`~rlaccel_plugins.bench.study.study_run`, which
-records the commit, versions and machine of the process that ran it), so the study writes the same
-records, and a study can grow on a laptop, then on a cluster, in the same ``runs.jsonl``. Every machine of
-the cluster needs rlaccel and the frameworks installed (the same versions: each run records them).
+Each run ends as it does in a local worker process
+(:func:`~rlaccel_plugins.bench.processes.run_with_provenance`, which records the commit, versions and
+machine of the process that ran it), so the study writes the same records, and a study can grow on a
+laptop, then on a cluster, in the same ``runs.jsonl``. Every machine of the cluster needs rlaccel and the
+frameworks installed (the same versions: each run records them).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def run_jobs_on_ray(jobs: list, address: str, on_end: Callable[[Any, str, Any, f
     on the cluster at ``address`` (``local``: start one here), as many at a time as the cluster has CPUs;
     ``on_end(job, status, payload, seconds)`` as each run ends, a task whose worker died included (``failed``,
     with why). Once ``may_start()`` says no, no more jobs are submitted; the running ones end and are reported."""
-    from rlaccel_plugins.bench.study import study_run
+    from rlaccel_plugins.bench.processes import run_with_provenance
     from rlaccel_plugins.parallel.ray_actors import connect
 
     ray = connect(None if address == "local" else address)
@@ -29,7 +30,7 @@ def run_jobs_on_ray(jobs: list, address: str, on_end: Callable[[Any, str, Any, f
     # worker process; the rest of this machine's environment stays here
     settings = {k: v for k, v in os.environ.items() if k.startswith("RLACCEL_")}
     remote = ray.remote(num_cpus=1, max_retries=0, max_calls=1,
-                        runtime_env={"env_vars": settings} if settings else None)(study_run)
+                        runtime_env={"env_vars": settings} if settings else None)(run_with_provenance)
     queue, pending = list(jobs), {}  # type: ignore[var-annotated]
 
     def submit() -> None:  # the cluster's CPUs as they are now (one that grows gets more runs at a time)

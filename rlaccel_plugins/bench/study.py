@@ -23,7 +23,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from rlaccel_plugins.bench.processes import one_threaded, process_context, with_environment
+from rlaccel_plugins.bench.processes import process_context, run_with_provenance, with_environment
 from rlaccel_plugins.bench.suites import Variant, drop_in
 from rlaccel_plugins.errors import ConfigError, did_you_mean
 
@@ -229,20 +229,9 @@ def learning_run(task: StudyTask, variant: Variant, seed: int) -> dict[str, Any]
     return {**record, "task": task.key, "env_id": task.env_id, "budget": task.budget, "config": config}
 
 
-def study_run(target: Callable, task: StudyTask, variant: Variant, seed: int) -> tuple[str, Any]:
-    """How a study run ends wherever it runs (a local worker process, a Ray task on another machine):
-    :func:`~rlaccel_plugins.bench.processes.one_threaded`'s ``(status, payload)``, a finished run's record
-    carrying the provenance of the process that ran it (its commit, versions and machine, taken before it ran)."""
-    from rlaccel_plugins.bench.report import provenance
-
-    origin = provenance()
-    status, payload = one_threaded(target, task, variant, seed)
-    return (status, {**payload, "provenance": origin}) if status == "ok" else (status, payload)
-
-
 def _child(conn, target: Callable, task: StudyTask, variant: Variant, seed: int) -> None:
     try:
-        conn.send(study_run(target, task, variant, seed))
+        conn.send(run_with_provenance(target, task, variant, seed))
     finally:
         conn.close()
 
