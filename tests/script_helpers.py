@@ -1,8 +1,8 @@
 """Running a script of the repository (an example, a benchmark) in the test's own process, as
 ``python SCRIPT ARGS`` or ``python -m MODULE ARGS`` runs it: ``__name__ == "__main__"``, ``sys.argv``, the
-script's folder (or the repository, for a module) first on ``sys.path``, the working directory given. A fresh interpreter per script cost
-more in imports (3-5 s of torch, SB3 and Tianshou) than the tiny runs themselves. What a script sets for
-the whole process (torch's thread count, grad mode) is put back."""
+script's folder (or the repository, for a module) first on ``sys.path``, the working directory given. A
+fresh interpreter per script cost more in imports (3-5 s of torch, SB3 and Tianshou) than the tiny runs
+themselves. What a script sets for the whole process (torch's thread count, grad mode) is put back."""
 
 from __future__ import annotations
 

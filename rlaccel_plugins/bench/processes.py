@@ -1,13 +1,14 @@
 """Fresh processes for the runs of `rlaccel bench`, `rlaccel demo` and the learning study.
 
 Each run gets a process of its own, so its torch state, random states and peak memory are its own. A
-spawned process imports torch and the frameworks again (seconds: longer than a short run; the
-measurement is in the docs' lab notebook, "Measurements behind constants in the code"); where the platform
-has it, runs are instead forked from multiprocessing's *forkserver*, a process that has imported them once and run nothing else (no torch op, no thread pool), so a run starts in
-milliseconds. The run's environment variables are the caller's at the time of the call, as with spawn
-(a variable that a library reads only at import, such as ``OMP_NUM_THREADS``, is the one the forkserver
-started with). Peak RSS then counts the pages the run touches (shared library pages included once
-touched), not the whole import a spawned process pays.
+spawned process imports torch and the frameworks again (seconds: longer than a short run; the measurement
+is in the docs' lab notebook, "Measurements behind constants in the code"); where the platform has it, runs
+are instead forked from multiprocessing's *forkserver*, a process that has imported them once and run
+nothing else (no torch op, no thread pool), so a run starts in milliseconds. The run's environment
+variables are the caller's at the time of the call, as with spawn (a variable that a library reads only at
+import, such as ``OMP_NUM_THREADS``, is the one the forkserver started with). Peak RSS then counts the
+pages the run touches (shared library pages included once touched), not the whole import a spawned process
+pays.
 
 Example:
     >>> from rlaccel_plugins.bench.processes import process_context
