@@ -9,8 +9,11 @@ and the ``slow`` tests start first.
 """
 
 import ast
+import atexit
 import importlib.util
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,12 @@ ADAPTERS = {"rlaccel_sb3": "stable_baselines3", "rlaccel_tianshou": "tianshou"}
 MISSING = {name for name in OPTIONAL if importlib.util.find_spec(name) is None}
 MISSING |= {adapter for adapter, framework in ADAPTERS.items() if framework in MISSING}
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    # compiled steps are kept on disk (rlaccel_plugins.fused.compiled_cache): one folder for the session, which
+    # the workers inherit, so a step compiles once per run and never reads a developer's own cache
+    os.environ["RLACCEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlaccel-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["RLACCEL_CACHE_DIR"], ignore_errors=True)
+else:
     # `pytest -n auto` runs one worker per core: a worker's torch (and the processes it starts) takes one
     # thread, so two workers don't fight over the cores. Set before anything imports torch.
     os.environ.setdefault("OMP_NUM_THREADS", "1")

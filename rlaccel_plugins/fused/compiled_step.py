@@ -50,10 +50,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from itertools import chain
 from typing import Any
 
 import torch
+
+from rlaccel_plugins.fused.compiled_cache import PersistedCompile
+from rlaccel_plugins.fused.torch_support import (
+    PrivateApis,
+    compile_unsupported,
+    persist_unsupported,
+    private_apis,
+    step_hooks,
+)
 
 ADAMS = (torch.optim.Adam, torch.optim.AdamW)
 _NUMBERS = (int, float)
@@ -61,8 +69,9 @@ _NUMBERS = (int, float)
 
 def ineligible(optimizer: torch.optim.Optimizer, guard: Any = None) -> str | None:
     """Why ``optimizer`` (with ``guard``) cannot be stepped by a compiled step, or None when it can."""
-    from torch.optim import optimizer as torch_optimizer
-
+    unsupported = compile_unsupported(warn=True)
+    if unsupported is not None:
+        return unsupported
     if type(optimizer) not in ADAMS:
         return f"{type(optimizer).__name__} (Adam and AdamW are compiled)"
     if len(optimizer.param_groups) != 1:
@@ -76,7 +85,7 @@ def ineligible(optimizer: torch.optim.Optimizer, guard: Any = None) -> str | Non
         return "tensor hyper-parameters"
     if any(p.dtype is not torch.float32 or not p.is_cpu for p in group["params"]):
         return "parameters not CPU float32"
-    if optimizer._optimizer_step_pre_hooks or torch_optimizer._global_optimizer_pre_hooks:
+    if step_hooks(optimizer)[0] or _apis().global_pre_hooks:
         return "an optimizer step pre-hook (it would look for gradients the compiled step never writes)"
     if guard is not None and (guard.loss_scaler is not None or guard.restore_last_good):
         return "the guard's fp16 loss scaling or restore_last_good"
@@ -125,14 +134,16 @@ class AdamOperand:
     def stepped(self, times: int = 1) -> None:
         """After the step(s): the optimizer's step post-hooks (the sparse/dense schedule), as ``step()`` runs them."""
         for _ in range(times):
-            for hook in chain(self.optimizer._optimizer_step_post_hooks.values(), _global_post_hooks().values()):
+            for hook in self._post_hooks():
                 hook(self.optimizer, (), {})
 
     def hooks_can_wait(self) -> bool:
         """Whether the step post-hooks may run after several steps instead of between them: none, or only
         the sparse/dense schedule's where it never freezes a layer (its dense layers are the whole network)."""
-        hooks = chain(self.optimizer._optimizer_step_post_hooks.values(), _global_post_hooks().values())
-        return all(getattr(hook, "rlaccel_freezes", True) is False for hook in hooks)
+        return all(getattr(hook, "rlaccel_freezes", True) is False for hook in self._post_hooks())
+
+    def _post_hooks(self) -> list:
+        return [*step_hooks(self.optimizer)[1].values(), *_apis().global_post_hooks.values()]
 
     def scan_tensors(self, steps: int) -> tuple:
         """What :func:`adam_scan_` takes for ``steps`` steps: the tensors, with a table of each coming step's
@@ -164,9 +175,7 @@ class AdamOperand:
             return self._state
         for p, state in zip(self._owners, states):
             if len(state) == 0:  # what Adam's _init_group puts there
-                from torch.optim import optimizer as torch_optimizer
-
-                state["step"] = torch.zeros((), dtype=torch_optimizer._get_scalar_dtype())
+                state["step"] = torch.zeros((), dtype=_apis().scalar_dtype())
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         steps = [s["step"] for s in states]
@@ -258,10 +267,12 @@ class CompiledAdamStep:
         return losses
 
 
-def _global_post_hooks() -> dict:
-    from torch.optim import optimizer as torch_optimizer
-
-    return torch_optimizer._global_optimizer_post_hooks
+def _apis() -> PrivateApis:
+    """The private APIs (a compiled step is made only where :func:`ineligible` found them)."""
+    apis = private_apis()
+    if isinstance(apis, str):
+        raise TypeError(apis)
+    return apis
 
 
 def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -324,8 +335,6 @@ def adam_scan_(loss_of: Callable, operand: tuple, static: tuple, xs: tuple, hype
     (``torch._higher_order_ops.scan``, as ``jax.lax.scan`` runs SBX's steps): step ``j`` reads row ``j`` of
     every tensor in ``xs``; the weights and Adam's state are the loop's carry, written back once at the
     end. ``operand``: :meth:`AdamOperand.scan_tensors`. Returns the logged loss of every step."""
-    from torch._higher_order_ops.scan import scan
-
     params, exp_avgs, exp_avg_sqs, steps, table, counts = operand
     n = len(params)
 
@@ -339,7 +348,7 @@ def adam_scan_(loss_of: Callable, operand: tuple, static: tuple, xs: tuple, hype
     init = (*[p.clone() for p in params], *[m.clone() for m in exp_avgs], *[v.clone() for v in exp_avg_sqs],
             torch.zeros((), dtype=torch.long), torch.zeros(3))
     if torch.compiler.is_compiling():
-        carry, logged = scan(one_step, init, xs)
+        carry, logged = _scan(one_step, init, xs)
     else:  # the same steps as a Python loop (the eager fallback, and tests without the compiler)
         carry, outputs = init, []
         for j in range(len(xs[0])):
@@ -355,14 +364,25 @@ def adam_scan_(loss_of: Callable, operand: tuple, static: tuple, xs: tuple, hype
     return logged
 
 
+# torch's scan, bound before a loop is compiled: looked up inside the traced function it would be an import
+# that the saved code's guards cannot hold
+_scan: Any = None
+
 _COMPILED: dict[Callable, Callable] = {}
+# cpp_wrapper: the graph is called from C++, no Python per op; fallback_random: random ops draw from
+# torch's generator, as eager does
+OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "fallback_random": True}
 
 
 def _compiled(function: Callable) -> Callable:
-    """``function`` under ``torch.compile``, one per function and process (dynamo keys it on its inputs)."""
+    """``function`` compiled, one per function and process: kept on disk and loaded by later processes
+    (:class:`~rlaccel_plugins.fused.compiled_cache.PersistedCompile`) where this PyTorch can, else under
+    ``torch.compile`` (dynamo keys it on its inputs)."""
+    global _scan
+    _scan = _apis().scan
     if function not in _COMPILED:
-        # cpp_wrapper: the graph is called from C++, no Python per op; fallback_random: random ops draw
-        # from torch's generator, as eager does
-        _COMPILED[function] = torch.compile(function, fullgraph=True, dynamic=False,
-                                            options={"cpp_wrapper": True, "fallback_random": True})
+        if persist_unsupported() is None:
+            _COMPILED[function] = PersistedCompile(function, OPTIONS)
+        else:
+            _COMPILED[function] = torch.compile(function, fullgraph=True, dynamic=False, options=OPTIONS)
     return _COMPILED[function]
