@@ -107,7 +107,7 @@ def _task(env_id: str, framework: str, algo: str, preset: str, budget: int, eval
 def compiled_check(task: StudyTask) -> StudyTask:
     """``task`` with uniform sampling, eager and with ``training.compiled_updates``: the same math rounded
     otherwise, so P(compiled > eager) should not lie below 0.5."""
-    uniform = replace(drop_in(task.framework, "off", task.algo), name=UNIFORM)
+    uniform = replace(drop_in(task.framework, "off", task.algo, compiled_updates=False), name=UNIFORM)
     compiled = replace(drop_in(task.framework, "off", task.algo, compiled_updates=True), name=COMPILED)
     return replace(task, variants=(uniform, compiled))
 
@@ -146,7 +146,8 @@ FAMILY_TASKS = ("pendulum-v1-sac", "pendulum-v1-td3", "cartpole-qrdqn", "pendulu
 VOLUME_STEPS = (16, 64, 256)
 # RL Zoo's CartPole DQN, the sweep's base (the study's own task): 128 gradient steps of batch 64 per 256 env steps
 VOLUME_BASE = {"gradient_steps": 128, "batch_size": 64, "train_freq": 256}
-TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in ("cartpole-dqn", "acrobot-dqn", "pendulum-sac")})
+TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in ("cartpole-dqn", "acrobot-dqn", "pendulum-v1-sac",
+                                                                          "pendulum-sac")})
 TASKS.update({f"cartpole-dqn-gs{g}": replay_volume(TASKS["cartpole-dqn"], g) for g in VOLUME_STEPS})
 STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "learning": (("the learning study: SB3 DQN on CartPole and Acrobot, Tianshou DQN on CartPole (every candidate "
@@ -158,8 +159,9 @@ STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
                        "task has 128): uniform against the article's tiers"),
                       tuple(f"cartpole-dqn-gs{g}" for g in VOLUME_STEPS)),
     "compiled-check": (("the learning check of training.compiled_updates: SB3 DQN on CartPole and Acrobot, SB3 SAC on "
-                        "InvertedPendulum, uniform sampling eager and compiled"),
-                       ("cartpole-dqn-compiled", "acrobot-dqn-compiled", "pendulum-sac-compiled")),
+                        "Pendulum and InvertedPendulum, uniform sampling eager and compiled"),
+                       ("cartpole-dqn-compiled", "acrobot-dqn-compiled", "pendulum-v1-sac-compiled",
+                        "pendulum-sac-compiled")),
     "learning-quick": (("the learning study's three cheapest tasks: SB3 DQN on CartPole and Acrobot, Tianshou DQN "
                         "on CartPole"), STUDY_TASKS),
 }
