@@ -219,8 +219,8 @@ class TrainingConfig:
     """Action selection during collection made lean (SB3: DQN, QR-DQN, SAC, TD3, DDPG, PPO, A2C; Tianshou: `LeanCollector`; the same actions and RNG draws, tested equal); `auto`: where tested; `true`: required."""
     fused_optimizer: bool = False
     """Fused updates step Adam/AdamW/SGD with PyTorch's single-kernel `fused=True` implementation: faster, equal within rtol 1e-4, not bit for bit."""
-    compiled_updates: bool | str = False
-    """On the CPU, each gradient step runs as one compiled call (TorchInductor: gradients, clipping, guard and Adam fused), where the algorithm has one (SB3 DQN): faster, equal within a derived tolerance, not bit for bit; `auto`: where it has one; `true`: required; the first `learn()` pays the compilation."""
+    compiled_updates: bool | str = AUTO
+    """On the CPU, each gradient step runs as one compiled call (TorchInductor: gradients, clipping, guard and Adam fused), where the algorithm has one (SB3 DQN and SAC): faster, equal within a derived tolerance, not bit for bit; compiled once per machine and kept on disk; `auto`: where the `learn()` call plans at least the algorithm's break-even of gradient steps (DQN 5,000, SAC 1,000); `true`: required; `false`: never."""
     channels_last: bool = False
     """The policy's Conv2d layers in channels-last memory format while training: faster CPU convolution gradients, equal within a derived tolerance, not bit for bit."""
 

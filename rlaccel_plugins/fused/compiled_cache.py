@@ -29,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -36,7 +37,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +95,32 @@ class PersistedCompile:
     def _compile(self, args: tuple, path: Path) -> Callable:
         options = {**self.options, "guard_filter_fn": _savable_guards}
         compiled: Any = torch.compile(self.function, fullgraph=True, dynamic=False, options=options)
-        step = compiled.aot_compile((args, {}))
+        with _inductor_folder(path):
+            step = compiled.aot_compile((args, {}))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             step.save_compiled_function(str(path))  # written to a temporary file, then renamed
         except Exception as error:  # noqa: BLE001 - a read-only home, an object the pickler refuses: still compiled
             log.info("rlaccel: compiled step not saved to %s (%s: %s)", path, type(error).__name__, error)
         return step
+
+
+@contextlib.contextmanager
+def _inductor_folder(path: Path) -> Iterator[None]:
+    """Inductor's files for the step saved at ``path`` (its C++ libraries, AOTAutograd's cache) in a folder
+    of their own beside it. Loading then finds the libraries whatever became of inductor's own folder in
+    ``/tmp`` (rebuilding them costs ~15 s), and no other step's AOTAutograd entry is found: in a shared
+    folder, torch 2.13 handed a loop compiled for 8 steps to a later compilation of 64 ("expected size
+    64==8" when it ran)."""
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path.with_suffix(".inductor"))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
 def _load(path: Path, function: Callable, args: tuple) -> Any:
@@ -110,7 +130,7 @@ def _load(path: Path, function: Callable, args: tuple) -> Any:
     try:
         # some guard sources (an import inside torch.func.grad) install a guard as they are unpickled,
         # which needs a tracing context to put it in
-        with open(path, "rb") as file, tracing(TracingContext(None)):
+        with open(path, "rb") as file, tracing(TracingContext(None)), _inductor_folder(path):
             step: Any = torch.compiler.load_compiled_function(file, f_globals=function.__globals__)
         if step.guard_check(*args):
             return step

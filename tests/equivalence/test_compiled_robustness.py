@@ -175,3 +175,19 @@ def test_where_compiled_code_cannot_be_kept_each_process_compiles_its_own(monkey
     monkeypatch.setattr(compiled_step, "_COMPILED", {})
     assert "torch.compiler.gone" in torch_support.persist_unsupported()
     assert not isinstance(compiled_step._compiled(compiled_step.adam_scan_), compiled_cache.PersistedCompile)
+
+
+def test_loops_of_two_lengths_get_code_of_their_own():
+    """AOTAutograd's cache once handed the loop compiled for 8 steps to a call of 16 in a later compilation
+    (it then failed with "expected size 16==8" and fell back, with a warning the suite turns into an error)."""
+    from rlaccel_sb3.fused import fused_train_for
+
+    from rlaccel_plugins.fused import compiled_cache
+
+    for gradient_steps in (STEPS, 2 * STEPS):
+        compiled_cache._IN_PROCESS.clear()  # as in a new process
+        model = _filled(gradient_steps=gradient_steps)
+        train = fused_train_for(model, compiled=True)
+        train(gradient_steps, 32)
+        assert train.graphs.compiled_step is not None and train.graphs.compiled_step.failed is None
+        assert model._n_updates == gradient_steps

@@ -7,7 +7,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from rlaccel_plugins.cadence import EnvStepCadence
-from rlaccel_plugins.config import AccelConfig
+from rlaccel_plugins.config import AUTO, AccelConfig
 from rlaccel_plugins.fused.memory_format import ChannelsLast
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
@@ -278,6 +278,8 @@ class AccelerateCallback(SparseDenseCallback):
         if overrides:
             self.config = load_config(self.config, **overrides)
         self._channels_last: ChannelsLast | None = None
+        self.compiled = False  # whether this learn() call's gradient steps may run compiled
+        self.update_path: str | None = None  # which update ran in the last learn(): compiled, fused, framework
 
     def _on_training_start(self) -> None:
         super()._on_training_start()
@@ -290,10 +292,31 @@ class AccelerateCallback(SparseDenseCallback):
                 print(f"rlaccel: channels_last: {self._channels_last.layers} Conv2d layers in channels-last")
 
     def teardown(self) -> None:
+        train = getattr(getattr(self, "model", None), "__dict__", {}).get("train")
+        if getattr(train, "_rlaccel_train", False):
+            compiled = getattr(getattr(train, "graphs", None), "compiled_step", None) is not None
+            self.update_path = "compiled" if compiled else "fused" if train._rlaccel_fused else "framework"
         super().teardown()
         if getattr(self, "_channels_last", None) is not None:
             self._channels_last.remove()
             self._channels_last = None
+
+    def _compiled_setting(self) -> bool:
+        """Whether this ``learn()`` call's gradient steps may run compiled: ``training.compiled_updates``, and
+        for ``auto`` whether the call plans enough of them to pay the compiled step back
+        (:func:`rlaccel_sb3.fused.compiled_pays`)."""
+        from rlaccel_sb3.fused import break_even, compiled_pays, planned_gradient_steps
+
+        setting = self.config.training.compiled_updates
+        if setting != AUTO:
+            return bool(setting)
+        total = int(self.locals.get("total_timesteps", 0))
+        pays = compiled_pays(self.model, total)
+        if self.verbose:
+            print(f"rlaccel: compiled_updates auto: {'compiled' if pays else 'eager'} "
+                  f"({planned_gradient_steps(self.model, total)} gradient steps planned; break-even "
+                  f"{break_even(self.model)})")
+        return pays
 
     def _lean_collection(self) -> dict:
         from rlaccel_plugins.fused.selection import select_fused
@@ -319,8 +342,9 @@ class AccelerateCallback(SparseDenseCallback):
         from rlaccel_sb3.verified import CODE, train_key
 
         training = self.config.training
+        self.compiled = self._compiled_setting()
         fused = fused_train_for(self.model, guard=self.guard, fused_optimizer=training.fused_optimizer,
-                                compiled=training.compiled_updates is not False)
+                                compiled=self.compiled)
         if training.compiled_updates is True and fused is not None:
             reason = compiled_unavailable(self.model)
             if reason is not None:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from rlaccel_sb3.fused.common import GraphsPerModel
 from rlaccel_sb3.fused.registry import ALGORITHMS, COMPILED, SUPPORTED
 
-__all__ = ["SUPPORTED", "compiled_unavailable", "fused_train_for", "trains"]
+__all__ = ["SUPPORTED", "break_even", "compiled_pays", "compiled_unavailable", "fused_train_for", "planned_gradient_steps", "trains"]
 
 
 def fused_train_for(model, guard=None, cuda_graphs: bool = True,
@@ -64,11 +64,55 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
 
 def compiled_unavailable(model) -> str | None:
     """Why ``model``'s gradient steps cannot run compiled (``training.compiled_updates``), or None."""
-    entry = next((a for a in ALGORITHMS if a.compiled and a.own_train() is type(model).train), None)
+    entry = _entry_of(model)
     if entry is None:
         return f"{type(model).__name__} has no compiled step ({' and '.join(COMPILED)} have)"
     step = entry.builder("compiled")(model, compile=False)
     return step if isinstance(step, str) else None
+
+
+def compiled_pays(model, total_timesteps: int) -> bool:
+    """Whether ``compiled_updates: auto`` compiles the ``learn()`` call of ``model`` up to ``total_timesteps``
+    env steps: its algorithm has a compiled step and the call plans at least the algorithm's break-even of
+    gradient steps (:data:`~rlaccel_sb3.fused.registry.ALGORITHMS`). Decided from the model and the call
+    alone — never from a timing or from what the compiled-step cache holds — so a seeded run is the same
+    run on any machine state. Whether the model can be compiled (its optimizer, its networks) is checked
+    after: where it cannot, the eager fused step runs.
+
+    Examples:
+        >>> from stable_baselines3 import DQN
+        >>> model = DQN("MlpPolicy", "CartPole-v1", train_freq=256, gradient_steps=128, learning_starts=1_000)
+        >>> planned_gradient_steps(model, 50_000), compiled_pays(model, 50_000), compiled_pays(model, 5_000)
+        (24448, True, False)
+    """
+    threshold, planned = break_even(model), planned_gradient_steps(model, total_timesteps)
+    return threshold is not None and planned is not None and planned >= threshold
+
+
+def break_even(model) -> int | None:
+    """The gradient steps from which ``compiled_updates: auto`` compiles ``model``'s ``learn()`` calls, or None
+    where its algorithm has no compiled step."""
+    entry = _entry_of(model)
+    return entry.break_even if entry is not None else None
+
+
+def planned_gradient_steps(model, total_timesteps: int) -> int | None:
+    """The gradient steps an off-policy ``learn()`` call up to ``total_timesteps`` env steps will take, as
+    SB3's loop takes them: one round of ``gradient_steps`` (``-1``: as many as the round's env steps) per
+    ``train_freq`` steps of every env after ``learning_starts``. None where it cannot be told beforehand
+    (``train_freq`` in episodes, an on-policy model)."""
+    from stable_baselines3.common.type_aliases import TrainFrequencyUnit
+
+    train_freq = getattr(model, "train_freq", None)
+    if train_freq is None or train_freq.unit != TrainFrequencyUnit.STEP:
+        return None
+    round_steps = train_freq.frequency * model.n_envs
+    rounds = max(0, total_timesteps - max(model.num_timesteps, model.learning_starts)) // round_steps
+    return rounds * (model.gradient_steps if model.gradient_steps >= 0 else round_steps)
+
+
+def _entry_of(model):
+    return next((a for a in ALGORITHMS if a.compiled and a.own_train() is type(model).train), None)
 
 
 def trains() -> dict[Callable, Callable]:

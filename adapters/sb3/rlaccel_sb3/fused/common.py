@@ -22,6 +22,7 @@ class GraphsPerModel:
         self.model, self.guard, self.cuda_graphs, self.compiled = model, guard, cuda_graphs, compiled
         self.steps: StepGraphs | None = None
         self.reason: str | None = None  # why the steps run eagerly on a CUDA device
+        self.compiled_step: Any = None  # the compiled step the last train() call ran, if any
         self._fingerprint: tuple | None = None
 
     def get(self, step: Callable, optimizers: list, dict_observations: bool) -> StepGraphs:
@@ -68,7 +69,8 @@ def compiled_steps(model, graphs: GraphsPerModel, build: Callable) -> Callable[[
         if made.get("optimizers") != optimizers:
             made.update(optimizers=optimizers, step=build(model))
         step = made["step"]
-        return None if isinstance(step, str) or step.failed is not None else step
+        graphs.compiled_step = None if isinstance(step, str) or step.failed is not None else step
+        return graphs.compiled_step
     return compiled_of
 
 

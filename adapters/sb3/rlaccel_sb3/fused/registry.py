@@ -33,7 +33,8 @@ class FusedAlgorithm:
     ``build`` and ``compiled`` name ``module:function`` in ``rlaccel_sb3.fused``: ``build(model, graphs,
     fused_optimizer) -> train``; ``compiled(model, compile=True) -> step | why not``. ``replaces``: the
     framework code the update computes as (fingerprinted in ``verified.json``). ``runs_for``: the
-    algorithms that inherit this ``train`` (SB3's DDPG runs TD3's).
+    algorithms that inherit this ``train`` (SB3's DDPG runs TD3's). ``break_even``: the gradient steps a
+    ``learn()`` call must plan for ``compiled_updates: auto`` to compile (:func:`rlaccel_sb3.fused.compiled_pays`).
     """
 
     name: str
@@ -43,6 +44,7 @@ class FusedAlgorithm:
     replaces: tuple[str, ...]
     compiled: str | None = None
     runs_for: tuple[str, ...] = ()
+    break_even: int | None = None
 
     @property
     def key(self) -> str:
@@ -64,10 +66,16 @@ class FusedAlgorithm:
         return target  # type: ignore[return-value]
 
 
+# compiled_updates: auto compiles a learn() call planning at least this many gradient steps: where loading the
+# saved compiled step (about 2.5 s on a 2-core CPU) is paid back by what each compiled step saves against the
+# eager fused one (DQN: 0.44 ms a step called alone, 0.8 ms in a loop; SAC: 2.8 ms). Numbers: the Compiled
+# updates section of docs/fused.md.
+DQN_BREAK_EVEN, SAC_BREAK_EVEN = 5_000, 1_000
+
 ALGORITHMS = (
     FusedAlgorithm("DQN", SB3, "value_based", "value_based:dqn_train",
                    (f"{SB3}.dqn.dqn:DQN.train", f"{SB3}.dqn.policies:QNetwork.forward", _RATE, _MODE, *_REPLAY),
-                   compiled="value_based:compiled_dqn_step"),
+                   compiled="value_based:compiled_dqn_step", break_even=DQN_BREAK_EVEN),
     FusedAlgorithm("QRDQN", CONTRIB, "value_based", "value_based:qrdqn_train",
                    (f"{CONTRIB}.qrdqn.qrdqn:QRDQN.train", f"{CONTRIB}.qrdqn.policies:QuantileNetwork.forward",
                     f"{CONTRIB}.common.utils:quantile_huber_loss", _RATE, _MODE, *_REPLAY)),
@@ -77,7 +85,7 @@ ALGORITHMS = (
                     f"{SB3}.common.distributions:SquashedDiagGaussianDistribution.log_prob",
                     f"{SB3}.common.distributions:SquashedDiagGaussianDistribution.log_prob_from_params",
                     *_CRITIC, _POLYAK, _RATE, _MODE, *_REPLAY),
-                   compiled="compiled_sac:CompiledSACStep.build"),
+                   compiled="compiled_sac:CompiledSACStep.build", break_even=SAC_BREAK_EVEN),
     FusedAlgorithm("TD3", SB3, "actor_critic", "actor_critic:td3_train",
                    (f"{SB3}.td3.td3:TD3.train", f"{SB3}.td3.policies:Actor.forward", *_CRITIC, _POLYAK, _RATE, _MODE,
                     *_REPLAY), runs_for=("DDPG",)),
@@ -94,10 +102,11 @@ COMPILED = tuple(a.name for a in ALGORITHMS if a.compiled)
 
 def support_markdown() -> str:
     """The docs' table: each algorithm, its family module, what runs compiled, the code it is verified against."""
-    rows = ["| algorithm | fused update (`rlaccel_sb3.fused`) | compiled step | replaces (verified) |",
+    rows = ["| algorithm | fused update (`rlaccel_sb3.fused`) | compiled step (`auto` from) | replaces (verified) |",
             "|---|---|---|---|"]
     for a in ALGORITHMS:
         names = " / ".join((a.name, *a.runs_for))
-        rows.append(f"| {names} | `{a.family}` | {'yes' if a.compiled else '—'} | "
+        compiled = f"yes ({a.break_even:,} gradient steps)" if a.compiled and a.break_even else "yes" if a.compiled else "—"
+        rows.append(f"| {names} | `{a.family}` | {compiled} | "
                     f"`{a.replaces[0].split(':')[1]}` and {len(a.replaces) - 1} more |")
     return "\n".join(rows)
