@@ -208,7 +208,7 @@ class TrainingConfig:
     device: str = AUTO
     """The device of every model rlaccel builds (`auto`: the framework's choice)."""
     num_threads: int | str = AUTO
-    """torch threads during a `rlaccel train` run, put back after it (`auto`: the usable cores, or `OMP_NUM_THREADS`)."""
+    """torch threads while training, put back after it (`auto`: the usable cores, or `OMP_NUM_THREADS`, and during `learn()` no more than the cores other processes leave free, re-read every second)."""
     replay_ratio: float | str = AUTO
     """Replay samples per env step (batch x gradient steps / env steps); `auto`: the recipe's own rate."""
     net_arch: tuple[int, ...] | str = AUTO

@@ -141,13 +141,21 @@ def _load(path: Path, function: Callable, args: tuple) -> Any:
 
 
 def _savable_guards(entries: list) -> list[bool]:
-    """Keep every guard that can be saved; those that name a Python object's identity cannot, and the
-    artifact key covers what they check."""
+    """Keep every guard that can be saved and :func:`thread_independent_guards` keeps; those that name a
+    Python object's identity cannot be saved, and the artifact key covers what they check."""
     from torch._dynamo.guards import CheckFunctionManager
 
     unsavable = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
-    return [entry.guard_type not in unsavable and not unsavable.intersection(entry.derived_guard_types or ())
-            for entry in entries]
+    return [keep and entry.guard_type not in unsavable and not unsavable.intersection(entry.derived_guard_types or ())
+            for entry, keep in zip(entries, thread_independent_guards(entries))]
+
+
+def thread_independent_guards(entries: list) -> list[bool]:
+    """Every guard but the global-state one: it holds torch's thread count, which the thread policy
+    (:mod:`rlaccel_plugins.threads`) changes during a run and a step compiled with ``cpp.threads=1`` does not
+    depend on. Grad mode and deterministic algorithms have guards of their own; no step is compiled or
+    called under autocast."""
+    return [entry.guard_type != "GLOBAL_STATE" for entry in entries]
 
 
 def artifact_key(function: Callable, args: tuple, options: dict[str, Any]) -> str:

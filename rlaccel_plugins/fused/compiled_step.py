@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from rlaccel_plugins.fused.compiled_cache import PersistedCompile
+from rlaccel_plugins.fused.compiled_cache import PersistedCompile, thread_independent_guards
 from rlaccel_plugins.fused.torch_support import (
     PrivateApis,
     compile_unsupported,
@@ -370,8 +370,10 @@ _scan: Any = None
 
 _COMPILED: dict[Callable, Callable] = {}
 # cpp_wrapper: the graph is called from C++, no Python per op; fallback_random: random ops draw from
-# torch's generator, as eager does
-OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "fallback_random": True}
+# torch's generator, as eager does; cpp.threads: inductor's own loops on one thread (its matrix products
+# are ATen's, on torch's threads at the time of the call), so the compiled code does not depend on the
+# thread count at compile time and waits on no descheduled thread on a shared machine (rlaccel_plugins.threads)
+OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "fallback_random": True, "cpp.threads": 1}
 
 
 def _compiled(function: Callable) -> Callable:
@@ -384,5 +386,6 @@ def _compiled(function: Callable) -> Callable:
         if persist_unsupported() is None:
             _COMPILED[function] = PersistedCompile(function, OPTIONS)
         else:
-            _COMPILED[function] = torch.compile(function, fullgraph=True, dynamic=False, options=OPTIONS)
+            _COMPILED[function] = torch.compile(function, fullgraph=True, dynamic=False,
+                                                options={**OPTIONS, "guard_filter_fn": thread_independent_guards})
     return _COMPILED[function]

@@ -11,6 +11,7 @@ from rlaccel_plugins.config import AUTO, AccelConfig
 from rlaccel_plugins.fused.memory_format import ChannelsLast
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
+from rlaccel_plugins.threads import ThreadPolicy
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard
 from rlaccel_plugins.updates.precision import resolve_dtype, update_autocast
@@ -72,6 +73,7 @@ class SparseDenseCallback(BaseCallback):
         self.networks: list[str] = []  # names of the networks under the schedule in the last learn()
         self._log_cadence = EnvStepCadence(0)
         self._recorded: bool | None = None  # None outside learn()
+        self.threads: ThreadPolicy | None = None  # torch's thread count during learn() (training.num_threads)
 
     def _on_training_start(self) -> None:
         self.teardown()  # a previous learn() that never reached its end
@@ -99,6 +101,9 @@ class SparseDenseCallback(BaseCallback):
                 and buffer.engine.config.importance_beta is not None and not self.fused:  # fused: in the loss
             self.weights = ImportanceWeightHook(buffer, critic_networks(self.model))
         self._install_collection()  # after the schedule traced the networks through their own forward
+        threads = self.config.training.num_threads
+        self.threads = ThreadPolicy(fixed=None if threads == AUTO else int(threads))
+        self.threads.start()
         self._fps = FpsMeter(self.num_timesteps)
         self._log_cadence = EnvStepCadence(self.config.monitoring.log_interval)
         self._log_cadence.start(self.num_timesteps)
@@ -108,6 +113,8 @@ class SparseDenseCallback(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
+        if self.threads is not None:
+            self.threads.update()
         # gathered when logged: every monitoring.log_interval env steps (and at the first rollout)
         if self._log_cadence.due(self.num_timesteps) or not self._recorded:
             self._record_metrics()
@@ -223,6 +230,8 @@ class SparseDenseCallback(BaseCallback):
 
     def teardown(self) -> None:
         """Detach everything and restore every flag; safe to call any number of times."""
+        if getattr(self, "threads", None) is not None:
+            self.threads.stop()
         if self.updater is not None and self.updater.attachments:
             self._saved_state = self.updater.state_dict()
             self._final_stats = self.updater.stats

@@ -1,0 +1,74 @@
+"""``compiled_updates: auto`` (the default) and the thread policy, as a user of the README's two lines meets
+them: which update runs is decided from the model and the ``learn()`` call alone, so a seeded run is the
+same run whatever the compiled-step cache holds and however many threads the machine leaves it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.needs("stable_baselines3"), pytest.mark.xdist_group("compiled")]
+
+
+def _model(**kwargs):
+    from stable_baselines3 import DQN
+
+    # the shapes of tests/equivalence/test_compiled_step.py's loop: one compilation serves both
+    settings = dict(learning_starts=100, train_freq=16, gradient_steps=8, batch_size=32, seed=0,
+                    policy_kwargs=dict(net_arch=[64, 64]))
+    return DQN("MlpPolicy", "CartPole-v1", **{**settings, **kwargs})
+
+
+def _learned(total: int, **callback_kwargs):
+    from rlaccel_sb3 import AccelerateCallback
+
+    model, callback = _model(), AccelerateCallback(**callback_kwargs)
+    model.learn(total, callback=callback)
+    return torch.cat([p.detach().flatten() for p in model.policy.parameters()]), callback
+
+
+def test_a_short_learn_runs_the_eager_step_bit_for_bit():
+    from rlaccel_sb3.fused import planned_gradient_steps
+
+    assert planned_gradient_steps(_model(), 1_000) < 5_000  # below DQN's break-even
+    auto, callback = _learned(1_000)
+    eager, _ = _learned(1_000, compiled_updates=False)
+    assert callback.update_path == "fused" and not callback.compiled
+    assert torch.equal(auto, eager)
+
+
+def test_a_long_learn_compiles_and_is_the_same_run_whatever_the_cache_holds(monkeypatch, tmp_path):
+    from rlaccel_sb3.fused import planned_gradient_steps
+
+    from rlaccel_plugins.fused import compiled_cache, compiled_step
+
+    assert planned_gradient_steps(_model(), 10_200) >= 5_000
+    monkeypatch.setenv("RLACCEL_CACHE_DIR", str(tmp_path))  # empty: this process compiles
+    monkeypatch.setattr(compiled_cache, "_IN_PROCESS", {})
+    monkeypatch.setattr(compiled_step, "_COMPILED", {})
+    compiled, callback = _learned(10_200)
+    assert callback.update_path == "compiled"
+    monkeypatch.setattr(compiled_cache, "_IN_PROCESS", {})  # a new process: the cache holds the step now
+    monkeypatch.setattr(compiled_step, "_COMPILED", {})
+    loaded, callback = _learned(10_200)
+    events = [event for call in compiled_step._COMPILED.values() for event, _ in call.events]
+    assert callback.update_path == "compiled" and events == ["loaded"]
+    assert torch.equal(compiled, loaded)
+
+
+def test_the_thread_count_changes_no_result_and_comes_back():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        one, callback = _learned(1_500, config=_threads(1))
+        two, _ = _learned(1_500, config=_threads(2))
+        assert torch.equal(one, two)
+        assert callback.threads.fixed == 1 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def _threads(count: int):
+    from rlaccel_plugins.loader import load_config
+
+    return load_config(num_threads=count)
