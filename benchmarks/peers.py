@@ -7,17 +7,22 @@ Tasks at RL Zoo's settings (``rlaccel_sb3.train.ZOO``): ``dqn-cartpole`` (DQN Ca
 - ``stock``: SB3 as installed, torch's default thread count (the cores);
 - ``stock 1-thread``: the same with ``torch.set_num_threads(1)`` (the report names the better of the two);
 - ``stock + torch.compile``: every network of the policy compiled in place (``Module.compile()``);
-- ``drop-in``: the README's two lines (``TieredReplayBuffer``, ``AccelerateCallback()``; PPO: the callback);
-- ``drop-in + compiled``: the drop-in with ``training.compiled_updates`` (where the algorithm has a compiled
-  step: DQN, SAC);
+- ``drop-in``: the README's two lines (``TieredReplayBuffer``, ``AccelerateCallback()``; PPO: the callback),
+  as a user gets them: ``compiled_updates: auto`` compiles a ``learn()`` call's gradient steps where it plans
+  enough of them (DQN, SAC), so the short warm-up call runs eagerly and the work loads (or compiles) the
+  step: in the first round its steady time includes that, in later rounds the step is in memory;
+- ``drop-in, eager``: the drop-in with ``compiled_updates=False`` (where the algorithm has a compiled step);
+- ``drop-in + compiled``: the drop-in with ``compiled_updates=True`` (compiled from the warm-up on);
 - ``SBX``: ``sbx.<ALGO>`` with the same settings (``pip install -e ".[peers]"``; left out when not installed).
 
 Every run builds a fresh model, learns a warm-up stretch (past ``learning_starts`` and the first updates,
 so JIT and compilation happen there), then the fixed work, ``--steps`` env steps: the **steady** time is
 the work's, **end to end** is warm-up + work (what a user pays). The variants take turns within a round,
 the order reversed every other round; ratios are taken within a round and reported as the median over
-rounds with a 95% bootstrap CI of it (with 3 rounds the CI is the rounds' range). Results: ``peers.json``
-in ``--out`` (read by ``python -m benchmarks.results_index``) and a table on stdout.
+rounds with a 95% bootstrap CI of it (with 3 rounds the CI is the rounds' range). ``--busy 0,1,2`` measures
+every variant again beside that many busy processes (a section each); ``--new-processes`` runs each run in a
+new process (a later run on the machine: compiled steps on disk, nothing in memory; JAX's JIT anew).
+Results: ``peers.json`` in ``--out`` (read by ``python -m benchmarks.results_index``) and a table on stdout.
 
 Usage:
     python -m benchmarks.peers [--tasks dqn-cartpole,sac-pendulum] [--rounds 3] [--out benchmarks/results/peers]
@@ -27,9 +32,12 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,11 +62,13 @@ class Task:
     warmup: int  # env steps before it: past learning_starts and a few updates
 
 
+# the drop-in variants' compiled_updates: the default (auto), never, always
+DROP_IN_COMPILED = {"drop-in": "auto", "drop-in, eager": False, "drop-in + compiled": True}
 TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
          "sac-pendulum": Task("sac", "Pendulum-v1", 3_000, 500),
          "td3-pendulum": Task("td3", "Pendulum-v1", 3_000, 10_500),
          "ppo-cartpole": Task("ppo", "CartPole-v1", 16_384, 2_048)}
-VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "drop-in", "drop-in + compiled", "SBX")
+VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "drop-in", "drop-in, eager", "drop-in + compiled", "SBX")
 COMPILED_ALGOS = tuple(name.lower() for name in COMPILED)  # algorithms with a compiled step (the registry's)
 
 
@@ -87,8 +97,7 @@ def _model(task: Task, variant: str):
     if variant.startswith("drop-in"):
         if task.algo != "ppo":
             settings.update(replay_buffer_class=TieredReplayBuffer)
-        callback = AccelerateCallback(compiled_updates=True) if variant.endswith("compiled") \
-            else AccelerateCallback()
+        callback = AccelerateCallback(compiled_updates=DROP_IN_COMPILED[variant])
     model = cls("MlpPolicy", _env(task, n_envs), seed=0, device="cpu", **settings)
     if variant == "stock + torch.compile":
         for network in model.policy.children():  # in place: the parameters and state_dict keys stay
@@ -104,8 +113,13 @@ def _env(task: Task, n_envs: int):
     return make_vec_env(task.env_id, n_envs=n_envs, seed=0)
 
 
-def run_once(task: Task, variant: str, steps: int, warmup: int) -> dict[str, float]:
-    """One fresh run: seconds of the warm-up, of the fixed work, and of both."""
+def run_once(task: Task, variant: str, steps: int, warmup: int) -> dict[str, Any]:
+    """One fresh run: seconds of the warm-up, of the fixed work, and of both; for the drop-in, what its
+    compiled step cost (``compiled``: ``[["compiled" | "loaded", seconds], ...]``, empty where it was in memory
+    or not used) and which update the work ran (``update``)."""
+    from rlaccel_plugins.fused import compiled_step
+
+    events_before = _compiled_events(compiled_step)
     threads = torch.get_num_threads()
     if variant == "stock 1-thread":
         torch.set_num_threads(1)
@@ -118,24 +132,43 @@ def run_once(task: Task, variant: str, steps: int, warmup: int) -> dict[str, flo
         end = time.perf_counter()
     finally:
         torch.set_num_threads(threads)
-    return {"warmup": warm - start, "steady": end - warm, "end_to_end": end - start}
+    result: dict[str, Any] = {"warmup": warm - start, "steady": end - warm, "end_to_end": end - start}
+    if callback is not None:
+        result.update(update=callback.update_path, compiled=_compiled_events(compiled_step)[len(events_before):])
+    return result
+
+
+def _compiled_events(compiled_step) -> list:
+    return [list(event) for call in compiled_step._COMPILED.values() for event in getattr(call, "events", [])]
+
+
+def run_in_new_process(task: Task, variant: str, steps: int, warmup: int) -> dict[str, Any]:
+    """:func:`run_once` in a new Python process (imports not timed): what a second run on the machine pays,
+    with nothing compiled in memory — inductor's and rlaccel's on-disk caches as earlier runs left them,
+    JAX's in-memory JIT cache empty."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(run_once, (task, variant, steps, warmup))
 
 
 def variants_for(task: Task, wanted: list[str]) -> list[str]:
     out = [v for v in wanted if v != "SBX" or sbx_available()]
     if task.algo not in COMPILED_ALGOS:
-        out = [v for v in out if v != "drop-in + compiled"]
+        out = [v for v in out if v not in ("drop-in, eager", "drop-in + compiled")]
     if torch.get_num_threads() == 1:
         out = [v for v in out if v != "stock 1-thread"]
     return out
 
 
-def measure(name: str, task: Task, variants: list[str], rounds: int, steps: int, warmup: int) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+def measure(name: str, task: Task, variants: list[str], rounds: int, steps: int, warmup: int,
+            new_processes: bool = False) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    run = run_in_new_process if new_processes else run_once
 
     def one(variant: str) -> Callable[[], float]:
         def go() -> float:
-            result = run_once(task, variant, steps, warmup)
+            result = run(task, variant, steps, warmup)
             runs[variant].append(result)
             print(f"  {name} {variant:<28} steady {result['steady']:7.2f} s  end to end {result['end_to_end']:7.2f} s",
                   flush=True)
@@ -144,6 +177,7 @@ def measure(name: str, task: Task, variants: list[str], rounds: int, steps: int,
 
     interleaved({v: one(v) for v in variants}, rounds, alternate=True)
     return {"algo": task.algo, "env_id": task.env_id, "steps": steps, "warmup": warmup, "runs": runs,
+            "new_processes": new_processes,
             "ratios": {kind: ratios(runs, kind) for kind in ("steady", "end_to_end")}}
 
 
@@ -198,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="the fixed work per task (default: the task's)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up env steps (default: the task's)")
     parser.add_argument("--out", default=None, help="folder for peers.json (default: print only)")
+    parser.add_argument("--busy", default="0", help="comma-separated counts of busy processes to run beside "
+                        "(each count measures every variant again, in its own section), e.g. 0,1,2")
+    parser.add_argument("--new-processes", action="store_true",
+                        help="each run in a new process (nothing compiled in memory: a later run on the machine)")
     args = parser.parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -212,16 +250,35 @@ def main(argv: list[str] | None = None) -> int:
           + ("" if sbx_available() else "; SBX not installed (pip install -e '.[peers]')"), flush=True)
     results: dict[str, Any] = {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
                                "machine": machine(), "versions": _versions(), "tasks": {}}
+    busy_counts = [int(b) for b in args.busy.split(",") if b.strip()]
     for name in tasks:
         task = TASKS[name]
         steps, warmup = args.steps or task.steps, args.warmup or task.warmup
-        results["tasks"][name] = measure(name, task, variants_for(task, wanted), args.rounds, steps, warmup)
+        for busy in busy_counts:
+            key = name if busy == 0 else f"{name}, beside {busy} busy process{'es' if busy > 1 else ''}"
+            with busy_processes(busy):
+                results["tasks"][key] = measure(key, task, variants_for(task, wanted), args.rounds, steps, warmup,
+                                                args.new_processes)
+            results["tasks"][key]["busy"] = busy
     print(table(results))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "peers.json").write_text(json.dumps(results, indent=1) + "\n")
     return 0
+
+
+@contextlib.contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """``count`` other processes each keeping a core busy (a pure-Python loop), as other training runs on
+    the machine would, for the time of the block."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def _versions() -> dict[str, str]:

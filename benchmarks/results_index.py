@@ -180,18 +180,27 @@ PEER_TASKS = {"dqn-cartpole": "SB3 DQN CartPole-v1", "sac-pendulum": "SB3 SAC Pe
               "td3-pendulum": "SB3 TD3 Pendulum-v1", "ppo-cartpole": "SB3 PPO CartPole-v1"}
 
 
+def _peer_task(key: str) -> str:
+    """A peer benchmark section's name: its task's, and what ran beside it ("dqn-cartpole, beside 1 busy process")."""
+    task, comma, rest = key.partition(", ")
+    return PEER_TASKS.get(task, task) + comma + rest
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def _fastest_dropin(runs: dict) -> str:
+def _headline_dropin(runs: dict) -> str:
+    """The drop-in a user of the README's two lines gets ("drop-in"), or the fastest where that was not run."""
+    if "drop-in" in runs:
+        return "drop-in"
     return min((v for v in runs if v.startswith("drop-in")), key=lambda v: _median([r["steady"] for r in runs[v]]))
 
 
 def peer_figures() -> list[Figure]:
-    """Per task of ``benchmarks/peers.py``'s latest run: the fastest drop-in's steady-state time against
+    """Per task of ``benchmarks/peers.py``'s latest run: the default drop-in's steady-state time against
     SBX's (where SBX ran) and against stock's."""
     path = PEERS / "peers.json"
     if not path.exists():
@@ -199,10 +208,10 @@ def peer_figures() -> list[Figure]:
     results = json.loads(path.read_text())
     out = []
     for task, data in results["tasks"].items():
-        best = _fastest_dropin(data["runs"])
+        best = _headline_dropin(data["runs"])
         ratios = data["ratios"]["steady"][best]
         against = [f"{_ci(ratios[key], suffix='x')} {key.split()[1]}'s" for key in ("vs SBX", "vs stock") if key in ratios]
-        out.append(Figure(f"{PEER_TASKS.get(task, task)}: learn() time, {best}", "; ".join(against) + " time",
+        out.append(Figure(f"{_peer_task(task)}: learn() time, {best}", "; ".join(against) + " time",
                           results["command"], results["machine"].split(",")[0], results["date"],
                           str(path.relative_to(ROOT))))
     return out
@@ -217,32 +226,37 @@ def peers_section() -> str:
     lines = ["## Peers", "",
              (f"`{results['command']}` ({results['date']}; {results['machine']}): the same work — RL Zoo's settings, "
               "a fixed number of env steps after a warm-up — through stock SB3, stock with one torch thread, "
-              "`torch.compile` on the policy's networks, the drop-in, the drop-in with "
-              "[`compiled_updates`](fused.md#compiled-updates-trainingcompiled_updates) and SBX (SB3 in JAX). "
-              "**Steady**: the fixed work after the warm-up (JIT and compilation done); **end to end**: warm-up "
-              "and work, what a run pays. Ratios are times (lower is faster), the median over interleaved "
-              "rounds with a 95% bootstrap CI (with 3 rounds, their range). All rounds run in one process, so "
-              "JAX's and inductor's compilations are paid in the first round and reused after it: **first "
-              "run** is the first round's end to end (inductor's on-disk cache may hold an earlier run's code; "
-              "with it empty, compilation costs more: [Compiled updates](fused.md#compiled-updates-trainingcompiled_updates)). "
+              "the drop-in as the README's two lines give it (**drop-in**: "
+              "[`compiled_updates: auto`](fused.md#compiled-updates-trainingcompiled_updates) compiles a "
+              "`learn()` call that plans enough gradient steps: here the work, not the short warm-up), the "
+              "drop-in never and always compiled (**eager**, **+ compiled**) and SBX (SB3 in JAX). "
+              "**Steady**: the fixed work after the warm-up; **end to end**: warm-up and work, what a run pays. "
+              "Ratios are times (lower is faster), the median over interleaved rounds with a 95% bootstrap CI "
+              "(with 3 rounds, their range). Unless a section says *new processes*, all rounds run in one "
+              "process, so JAX's JIT and the compiled step are paid in the first round and kept in memory after "
+              "it: **first run** is the first round's end to end, with what the compiled step cost in it "
+              "(*compiled*: traced and compiled in that run; *loaded*: read from the cache a run before left). "
+              "A section *beside N busy processes* ran with N other processes each keeping a core busy. "
               "Where the time goes: [the dated note](notes/peers-2026-12-06.md)."), "",
              "| task | variant | steady s | vs stock | vs SBX | end to end s | vs SBX | first run s |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for task, data in results["tasks"].items():
         for variant, runs in data["runs"].items():
+            compiled = "".join(f", {event} {seconds:.1f} s" for event, seconds in runs[0].get("compiled", []))
             steady, e2e = data["ratios"]["steady"][variant], data["ratios"]["end_to_end"][variant]
-            lines.append(f"| {PEER_TASKS.get(task, task)} | {variant} | {_median([r['steady'] for r in runs]):.1f} | "
+            lines.append(f"| {_peer_task(task)} | {variant} | {_median([r['steady'] for r in runs]):.1f} | "
                          f"{_ci(steady['vs stock'], suffix='x') if 'vs stock' in steady else '—'} | "
                          f"{_ci(steady['vs SBX'], suffix='x') if 'vs SBX' in steady else '—'} | "
                          f"{_median([r['end_to_end'] for r in runs]):.1f} | "
-                         f"{_ci(e2e['vs SBX'], suffix='x') if 'vs SBX' in e2e else '—'} | {runs[0]['end_to_end']:.1f} |")
+                         f"{_ci(e2e['vs SBX'], suffix='x') if 'vs SBX' in e2e else '—'} | "
+                         f"{runs[0]['end_to_end']:.1f}{compiled} |")
     return "\n".join(lines) + "\n"
 
 
 def peers_latest() -> tuple[str, str, str]:
     results = json.loads((PEERS / "peers.json").read_text())
     data = results["tasks"]["dqn-cartpole"]
-    best = _fastest_dropin(data["runs"])
+    best = _headline_dropin(data["runs"])
     ratio = data["ratios"]["steady"][best].get("vs SBX")
     figure = f"SB3 DQN CartPole `learn()`, {best}: {ratio[0]:.2f}x SBX's time" if ratio else \
         f"SB3 DQN CartPole `learn()`, {best}: {data['ratios']['steady'][best]['vs stock'][0]:.2f}x stock's time"
