@@ -144,6 +144,17 @@ def q_network_spec(q_net: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.
     return layer_spec(around, q_net.q_net)
 
 
+def quantile_network_spec(quantile_net: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor]] | None:
+    """:func:`q_network_spec` for sb3-contrib's ``QuantileNetwork`` (its output viewed as
+    ``(batch, n_quantiles, n_actions)``), or None."""
+    from sb3_contrib.qrdqn.policies import QuantileNetwork
+
+    around = _around(quantile_net, "forward", "extract_features")
+    if type(quantile_net) is not QuantileNetwork or around is None:
+        return None
+    return layer_spec(around, quantile_net.quantile_net)
+
+
 def sac_actor_spec(actor: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor], float] | None:
     """What :func:`action_log_prob` runs as data: the latent layers' kinds, every parameter in the actor's
     order (the latent layers', then ``mu``'s and ``log_std``'s weight and bias) and the tanh correction's

@@ -66,7 +66,7 @@ def compiled_unavailable(model) -> str | None:
     """Why ``model``'s gradient steps cannot run compiled (``training.compiled_updates``), or None."""
     entry = _entry_of(model)
     if entry is None:
-        return f"{type(model).__name__} has no compiled step ({' and '.join(COMPILED)} have)"
+        return f"{type(model).__name__} has no compiled step ({', '.join(COMPILED)} have)"
     step = entry.builder("compiled")(model, compile=False)
     return step if isinstance(step, str) else None
 

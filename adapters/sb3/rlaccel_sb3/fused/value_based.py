@@ -170,25 +170,64 @@ def _dqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], targe
     return (per_sample * weights.view(-1, 1).to(per_sample.dtype)).mean(), per_sample.mean().detach()
 
 
+def _qrdqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], shape: tuple[int, int],
+                         target_params: list[torch.Tensor], observations: torch.Tensor, actions: torch.Tensor,
+                         next_observations: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor, discounts,
+                         weights: torch.Tensor | None = None):
+    """:func:`_qrdqn_targets` then :func:`_qrdqn_loss` for one batch (``shape``: quantiles, actions), as a pure
+    function of the quantile network's parameters (a compiled step's ``loss_of``)."""
+    from sb3_contrib.common.utils import quantile_huber_loss
+
+    n_quantiles, n_actions = shape
+    batch = len(observations)
+    with torch.no_grad():
+        next_quantiles = apply_layers(kinds, target_params, next_observations.float()).view(-1, n_quantiles, n_actions)
+        greedy = next_quantiles.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True).expand(batch, n_quantiles, 1)
+        next_quantiles = next_quantiles.gather(dim=2, index=greedy).squeeze(dim=2)
+        target = rewards + (1 - dones) * discounts * next_quantiles
+    current = apply_layers(kinds, params, observations.float()).view(-1, n_quantiles, n_actions)
+    current = torch.gather(current, dim=2, index=actions[..., None].long().expand(batch, n_quantiles, 1)).squeeze(dim=2)
+    if weights is None:
+        loss = quantile_huber_loss(current, target, sum_over_quantiles=True)
+        return loss, loss.detach()
+    loss, weighted = _weighted_quantile_huber(current, target, weights)
+    return weighted, loss.detach()
+
+
 def compiled_dqn_step(model, compile: bool = True) -> CompiledAdamStep | str:
     """DQN's gradient step compiled whole (:mod:`rlaccel_plugins.fused.compiled_step`), or why it cannot be."""
-    spec = flat.q_network_spec(model.q_net)
+    return _compiled_value_step(model, model.q_net, model.q_net_target, flat.q_network_spec, _dqn_compiled_loss, (),
+                                "Q-network", compile)
+
+
+def compiled_qrdqn_step(model, compile: bool = True) -> CompiledAdamStep | str:
+    """QR-DQN's gradient step compiled whole (the DQN loop with sb3-contrib's quantile loss), or why not."""
+    shape = (model.n_quantiles, int(model.action_space.n))
+    return _compiled_value_step(model, model.quantile_net, model.quantile_net_target, flat.quantile_network_spec,
+                                _qrdqn_compiled_loss, (shape,), "quantile network", compile)
+
+
+def _compiled_value_step(model, network, target_network, spec_of: Callable, loss_of: Callable, constants: tuple,
+                         name: str, compile: bool) -> CompiledAdamStep | str:
+    """A value-based algorithm's compiled step: ``loss_of(params, kinds, *constants, target_params, *inputs)``
+    on the MLP ``network`` (:func:`~rlaccel_sb3.flat_actor_critic.q_network_spec`'s kind), or why it cannot be."""
     optimizer = model.policy.optimizer
     if model.device.type != "cpu":
         return "not on the CPU (CUDA graphs run there)"
+    spec = spec_of(network)
     if spec is None:
-        return "the Q-network is not an MLP of Linear/ReLU/Tanh layers on a 1-D Box (or a hook is registered)"
+        return f"the {name} is not an MLP of Linear/ReLU/Tanh layers on a 1-D Box (or a hook is registered)"
     kinds, params = spec
-    target = flat.q_network_spec(model.q_net_target)
+    target = spec_of(target_network)
     if target is None or target[0] != kinds:
-        return "the target Q-network is not the Q-network's shape of MLP (or a hook is registered)"
+        return f"the target {name} is not the {name}'s shape of MLP (or a hook is registered)"
     if [id(p) for g in optimizer.param_groups for p in g["params"]] != [id(p) for p in params]:
-        return "the optimizer does not hold exactly the Q-network's parameters"
+        return f"the optimizer does not hold exactly the {name}'s parameters"
     guard = guard_of(optimizer)
     reason = ineligible(optimizer, guard)
     if reason is not None:
         return reason
-    return CompiledAdamStep(_dqn_compiled_loss, params, optimizer, static=(kinds, [p.detach() for p in target[1]]),
+    return CompiledAdamStep(loss_of, params, optimizer, static=(kinds, *constants, [p.detach() for p in target[1]]),
                             max_grad_norm=model.max_grad_norm, guard=guard, compile=compile)
 
 
@@ -202,7 +241,9 @@ def dqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[
 
 
 def qrdqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
+    compiled_of = compiled_steps(model, graphs, compiled_qrdqn_step) if graphs.compiled else None
+
     def train(gradient_steps: int, batch_size: int = 100) -> None:
         _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs,
-                     lambda: model.quantile_net, fused_optimizer)
+                     lambda: model.quantile_net, fused_optimizer, compiled_of)
     return train
