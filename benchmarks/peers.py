@@ -229,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {', '.join(TASKS)}")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=None, help="the fixed work per task (default: the task's)")
+    parser.add_argument("--steps", default=None, help="the fixed work: env steps for every task, or per task "
+                        "as dqn-cartpole=20000,sac-pendulum=1500 (default: the task's)")
+    parser.add_argument("--name", default="peers", help="the results file's name in --out (default: peers.json)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up env steps (default: the task's)")
     parser.add_argument("--out", default=None, help="folder for peers.json (default: print only)")
     parser.add_argument("--busy", default="0", help="comma-separated counts of busy processes to run beside "
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     busy_counts = [int(b) for b in args.busy.split(",") if b.strip()]
     for name in tasks:
         task = TASKS[name]
-        steps, warmup = args.steps or task.steps, args.warmup or task.warmup
+        steps, warmup = _steps_for(args.steps, name, parser) or task.steps, args.warmup or task.warmup
         for busy in busy_counts:
             key = name if busy == 0 else f"{name}, beside {busy} busy process{'es' if busy > 1 else ''}"
             with busy_processes(busy):
@@ -264,8 +266,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "peers.json").write_text(json.dumps(results, indent=1) + "\n")
+        (out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     return 0
+
+
+def _steps_for(value: str | None, task: str, parser: argparse.ArgumentParser) -> int | None:
+    """``--steps`` for ``task``: one count for all, or ``task=count`` pairs (None: the task's own)."""
+    if not value:
+        return None
+    pairs = dict(part.split("=", 1) for part in value.split(",") if "=" in part)
+    text = pairs.get(task) if pairs else value
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        parser.error(f"--steps must be a positive count or task=count pairs, got --steps={value}")
+    return int(text)
 
 
 @contextlib.contextmanager

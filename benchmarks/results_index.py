@@ -217,39 +217,48 @@ def peer_figures() -> list[Figure]:
     return out
 
 
+def _peer_files() -> list[Path]:
+    """The peer benchmark's results files: ``peers.json`` first, then any other run kept beside it
+    (``--name``: a run in new processes, say)."""
+    return sorted(PEERS.glob("peers*.json"), key=lambda path: (path.name != "peers.json", path.name))
+
+
 def peers_section() -> str:
-    """The peer benchmark's table: every variant's steady and end-to-end time, with its ratios."""
-    path = PEERS / "peers.json"
-    if not path.exists():
+    """The peer benchmark's tables: every variant's steady and end-to-end time, with its ratios."""
+    files = _peer_files()
+    if not files:
         return ""
-    results = json.loads(path.read_text())
     lines = ["## Peers", "",
-             (f"`{results['command']}` ({results['date']}; {results['machine']}): the same work — RL Zoo's settings, "
-              "a fixed number of env steps after a warm-up — through stock SB3, stock with one torch thread, "
-              "the drop-in as the README's two lines give it (**drop-in**: "
+             ("The same work — RL Zoo's settings, a fixed number of env steps after a warm-up — through stock SB3, "
+              "stock with one torch thread, the drop-in as the README's two lines give it (**drop-in**: "
               "[`compiled_updates: auto`](fused.md#compiled-updates-trainingcompiled_updates) compiles a "
               "`learn()` call that plans enough gradient steps: here the work, not the short warm-up), the "
               "drop-in never and always compiled (**eager**, **+ compiled**) and SBX (SB3 in JAX). "
               "**Steady**: the fixed work after the warm-up; **end to end**: warm-up and work, what a run pays. "
               "Ratios are times (lower is faster), the median over interleaved rounds with a 95% bootstrap CI "
-              "(with 3 rounds, their range). Unless a section says *new processes*, all rounds run in one "
+              "(with 3 rounds, their range). Unless a table says *new processes*, all rounds run in one "
               "process, so JAX's JIT and the compiled step are paid in the first round and kept in memory after "
               "it: **first run** is the first round's end to end, with what the compiled step cost in it "
               "(*compiled*: traced and compiled in that run; *loaded*: read from the cache a run before left). "
-              "A section *beside N busy processes* ran with N other processes each keeping a core busy. "
-              "Where the time goes: [the dated note](notes/peers-2026-12-06.md)."), "",
-             "| task | variant | steady s | vs stock | vs SBX | end to end s | vs SBX | first run s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for task, data in results["tasks"].items():
-        for variant, runs in data["runs"].items():
-            compiled = "".join(f", {event} {seconds:.1f} s" for event, seconds in runs[0].get("compiled", []))
-            steady, e2e = data["ratios"]["steady"][variant], data["ratios"]["end_to_end"][variant]
-            lines.append(f"| {_peer_task(task)} | {variant} | {_median([r['steady'] for r in runs]):.1f} | "
-                         f"{_ci(steady['vs stock'], suffix='x') if 'vs stock' in steady else '—'} | "
-                         f"{_ci(steady['vs SBX'], suffix='x') if 'vs SBX' in steady else '—'} | "
-                         f"{_median([r['end_to_end'] for r in runs]):.1f} | "
-                         f"{_ci(e2e['vs SBX'], suffix='x') if 'vs SBX' in e2e else '—'} | "
-                         f"{runs[0]['end_to_end']:.1f}{compiled} |")
+              "A task *beside N busy processes* ran with N other processes each keeping a core busy. "
+              "Where the time goes: [the dated note](notes/peers-2026-12-06.md).")]
+    for path in files:
+        results = json.loads(path.read_text())
+        processes = any(data.get("new_processes") for data in results["tasks"].values())
+        lines += ["", (f"`{results['command']}` ({results['date']}; {results['machine']})"
+                       + ("; each run in *new processes*" if processes else "") + ":"), "",
+                  "| task | variant | steady s | vs stock | vs SBX | end to end s | vs SBX | first run s |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for task, data in results["tasks"].items():
+            for variant, runs in data["runs"].items():
+                compiled = "".join(f", {event} {seconds:.1f} s" for event, seconds in runs[0].get("compiled", []))
+                steady, e2e = data["ratios"]["steady"][variant], data["ratios"]["end_to_end"][variant]
+                lines.append(f"| {_peer_task(task)} | {variant} | {_median([r['steady'] for r in runs]):.1f} | "
+                             f"{_ci(steady['vs stock'], suffix='x') if 'vs stock' in steady else '—'} | "
+                             f"{_ci(steady['vs SBX'], suffix='x') if 'vs SBX' in steady else '—'} | "
+                             f"{_median([r['end_to_end'] for r in runs]):.1f} | "
+                             f"{_ci(e2e['vs SBX'], suffix='x') if 'vs SBX' in e2e else '—'} | "
+                             f"{runs[0]['end_to_end']:.1f}{compiled} |")
     return "\n".join(lines) + "\n"
 
 
