@@ -155,6 +155,16 @@ def quantile_network_spec(quantile_net: torch.nn.Module) -> tuple[tuple[str, ...
     return layer_spec(around, quantile_net.quantile_net)
 
 
+def td3_actor_spec(actor: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor]] | None:
+    """What :func:`actor_forward` runs as data for TD3's and DDPG's ``Actor`` (its ``mu`` MLP), or None."""
+    from stable_baselines3.td3.policies import Actor
+
+    around = _around(actor, "forward", "extract_features")
+    if type(actor) is not Actor or around is None:
+        return None
+    return layer_spec(around, actor.mu)
+
+
 def sac_actor_spec(actor: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor], float] | None:
     """What :func:`action_log_prob` runs as data: the latent layers' kinds, every parameter in the actor's
     order (the latent layers', then ``mu``'s and ``log_std``'s weight and bias) and the tanh correction's

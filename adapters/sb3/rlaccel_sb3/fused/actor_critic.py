@@ -19,6 +19,7 @@ from rlaccel_sb3 import flat_actor_critic as flat
 from rlaccel_sb3.fused.batches import Batches, iter_batches, step_of
 from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, step_key
 from rlaccel_sb3.fused.compiled_sac import CompiledSACStep
+from rlaccel_sb3.fused.compiled_td3 import CompiledTD3Step
 from rlaccel_sb3.training_mode import set_training_mode
 
 
@@ -33,7 +34,8 @@ def _critic_losses(current: tuple[torch.Tensor, ...], target: torch.Tensor, weig
 
 
 def _td3_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerModel,
-               fused_optimizer: bool = False) -> None:
+               fused_optimizer: bool = False, compiled_of: Callable | None = None) -> None:
+    """SB3's ``TD3.train``; ``compiled_of()``: the call's :class:`CompiledTD3Step`, or None (eager steps)."""
     from rlaccel_plugins.fused import polyak_update_
 
     actor, critic = model.actor, model.critic
@@ -77,17 +79,23 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
             return critic_loss.detach(), actor_loss.detach()
 
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
+        compiled = compiled_of() if compiled_of is not None else None
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches, i in _each_step(model, gradient_steps, batch_size):
                 model._n_updates += 1
                 update_actor = model._n_updates % model.policy_delay == 0
                 inputs = _actor_critic_inputs(model, batches, i)
-                steps.step = functools.partial(step, update_actor=update_actor)
-                outputs = steps.run(step_key(steps, parameters, optimizers, inputs, update_actor), inputs)
+                if compiled is not None and all(p.requires_grad for p in parameters):  # not a dense step
+                    outputs = compiled(*inputs, update_actor=update_actor)
+                else:
+                    steps.step = functools.partial(step, update_actor=update_actor)
+                    outputs = steps.run(step_key(steps, parameters, optimizers, inputs, update_actor), inputs)
                 critic_losses.append(outputs[0])
                 if update_actor:
                     actor_losses.append(outputs[1])
         graphs.finish(optimizers)
+        if compiled is not None:
+            compiled.flush()
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
     if actor_losses:
         model.logger.record("train/actor_loss", mean_of(actor_losses))
@@ -208,6 +216,8 @@ def sac_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[
 
 def td3_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
     """TD3's and DDPG's (SB3's ``DDPG`` inherits ``TD3.train``)."""
+    compiled_of = compiled_steps(model, graphs, CompiledTD3Step.build) if graphs.compiled else None
+
     def train(gradient_steps: int, batch_size: int = 100) -> None:
-        _td3_train(model, gradient_steps, batch_size, graphs, fused_optimizer)
+        _td3_train(model, gradient_steps, batch_size, graphs, fused_optimizer, compiled_of)
     return train

@@ -89,7 +89,7 @@ ALGORITHMS = (
                    compiled="compiled_sac:CompiledSACStep.build", break_even=SAC_BREAK_EVEN),
     FusedAlgorithm("TD3", SB3, "actor_critic", "actor_critic:td3_train",
                    (f"{SB3}.td3.td3:TD3.train", f"{SB3}.td3.policies:Actor.forward", *_CRITIC, _POLYAK, _RATE, _MODE,
-                    *_REPLAY), runs_for=("DDPG",)),
+                    *_REPLAY), compiled="compiled_td3:CompiledTD3Step.build", runs_for=("DDPG",)),
     FusedAlgorithm("PPO", SB3, "on_policy", "on_policy:ppo_train",
                    (f"{SB3}.ppo.ppo:PPO.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE)),
     FusedAlgorithm("A2C", SB3, "on_policy", "on_policy:a2c_train",
