@@ -146,8 +146,8 @@ FAMILY_TASKS = ("pendulum-v1-sac", "pendulum-v1-td3", "cartpole-qrdqn", "pendulu
 VOLUME_STEPS = (16, 64, 256)
 # RL Zoo's CartPole DQN, the sweep's base (the study's own task): 128 gradient steps of batch 64 per 256 env steps
 VOLUME_BASE = {"gradient_steps": 128, "batch_size": 64, "train_freq": 256}
-TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in ("cartpole-dqn", "acrobot-dqn", "pendulum-v1-sac",
-                                                                          "pendulum-sac")})
+COMPILED_CHECKS = ("cartpole-dqn", "acrobot-dqn", "pendulum-v1-sac", "pendulum-sac", "cartpole-qrdqn", "pendulum-v1-td3")
+TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in COMPILED_CHECKS})
 TASKS.update({f"cartpole-dqn-gs{g}": replay_volume(TASKS["cartpole-dqn"], g) for g in VOLUME_STEPS})
 STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "learning": (("the learning study: SB3 DQN on CartPole and Acrobot, Tianshou DQN on CartPole (every candidate "
@@ -158,10 +158,9 @@ STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "replay-volume": (("SB3 DQN on CartPole at 16, 64 and 256 gradient steps per round of 256 env steps (the study's "
                        "task has 128): uniform against the article's tiers"),
                       tuple(f"cartpole-dqn-gs{g}" for g in VOLUME_STEPS)),
-    "compiled-check": (("the learning check of training.compiled_updates: SB3 DQN on CartPole and Acrobot, SB3 SAC on "
-                        "Pendulum and InvertedPendulum, uniform sampling eager and compiled"),
-                       ("cartpole-dqn-compiled", "acrobot-dqn-compiled", "pendulum-v1-sac-compiled",
-                        "pendulum-sac-compiled")),
+    "compiled-check": (("the learning check of training.compiled_updates: SB3 DQN on CartPole and Acrobot, SAC on "
+                        "Pendulum and InvertedPendulum, QR-DQN on CartPole, TD3 on Pendulum; uniform sampling, eager "
+                        "and compiled"), tuple(f"{key}-compiled" for key in COMPILED_CHECKS)),
     "learning-quick": (("the learning study's three cheapest tasks: SB3 DQN on CartPole and Acrobot, Tianshou DQN "
                         "on CartPole"), STUDY_TASKS),
 }
