@@ -200,14 +200,21 @@ def _headline_dropin(runs: dict) -> str:
 
 
 def peer_figures() -> list[Figure]:
-    """Per task of ``benchmarks/peers.py``'s latest run: the default drop-in's steady-state time against
-    SBX's (where SBX ran) and against stock's."""
-    path = PEERS / "peers.json"
-    if not path.exists():
-        return []
+    """Per task of the peer benchmark's results files (``peers.json`` first): the default drop-in's steady-state
+    time against SBX's (where SBX ran) and against stock's; a task once, from the first file that has it."""
+    out, seen = [], set()
+    for path in _peer_files():
+        out += _peer_file_figures(path, seen)
+    return out
+
+
+def _peer_file_figures(path: Path, seen: set) -> list[Figure]:
     results = json.loads(path.read_text())
     out = []
     for task, data in results["tasks"].items():
+        if task in seen or data.get("new_processes"):
+            continue
+        seen.add(task)
         best = _headline_dropin(data["runs"])
         ratios = data["ratios"]["steady"][best]
         against = [f"{_ci(ratios[key], suffix='x')} {key.split()[1]}'s" for key in ("vs SBX", "vs stock") if key in ratios]
