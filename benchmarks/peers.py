@@ -11,7 +11,7 @@ Tasks at RL Zoo's settings (``rlaccel_sb3.train.ZOO``): ``dqn-cartpole`` (DQN Ca
   as a user gets them: ``compiled_updates: auto`` compiles a ``learn()`` call's gradient steps where it plans
   enough of them (DQN, SAC), so the short warm-up call runs eagerly and the work loads (or compiles) the
   step: in the first round its steady time includes that, in later rounds the step is in memory;
-- ``drop-in, eager``: the drop-in with ``compiled_updates=False`` (where the algorithm has a compiled step);
+- ``drop-in eager``: the drop-in with ``compiled_updates=False`` (where the algorithm has a compiled step);
 - ``drop-in + compiled``: the drop-in with ``compiled_updates=True`` (compiled from the warm-up on);
 - ``SBX``: ``sbx.<ALGO>`` with the same settings (``pip install -e ".[peers]"``; left out when not installed).
 
@@ -63,12 +63,12 @@ class Task:
 
 
 # the drop-in variants' compiled_updates: the default (auto), never, always
-DROP_IN_COMPILED = {"drop-in": "auto", "drop-in, eager": False, "drop-in + compiled": True}
+DROP_IN_COMPILED = {"drop-in": "auto", "drop-in eager": False, "drop-in + compiled": True}
 TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
          "sac-pendulum": Task("sac", "Pendulum-v1", 3_000, 500),
          "td3-pendulum": Task("td3", "Pendulum-v1", 3_000, 10_500),
          "ppo-cartpole": Task("ppo", "CartPole-v1", 16_384, 2_048)}
-VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "drop-in", "drop-in, eager", "drop-in + compiled", "SBX")
+VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "drop-in", "drop-in eager", "drop-in + compiled", "SBX")
 COMPILED_ALGOS = tuple(name.lower() for name in COMPILED)  # algorithms with a compiled step (the registry's)
 
 
@@ -155,7 +155,7 @@ def run_in_new_process(task: Task, variant: str, steps: int, warmup: int) -> dic
 def variants_for(task: Task, wanted: list[str]) -> list[str]:
     out = [v for v in wanted if v != "SBX" or sbx_available()]
     if task.algo not in COMPILED_ALGOS:
-        out = [v for v in out if v not in ("drop-in, eager", "drop-in + compiled")]
+        out = [v for v in out if v not in ("drop-in eager", "drop-in + compiled")]
     if torch.get_num_threads() == 1:
         out = [v for v in out if v != "stock 1-thread"]
     return out
