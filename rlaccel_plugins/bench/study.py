@@ -148,6 +148,9 @@ VOLUME_STEPS = (16, 64, 256)
 VOLUME_BASE = {"gradient_steps": 128, "batch_size": 64, "train_freq": 256}
 COMPILED_CHECKS = ("cartpole-dqn", "acrobot-dqn", "pendulum-v1-sac", "pendulum-sac", "cartpole-qrdqn", "pendulum-v1-td3")
 TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in COMPILED_CHECKS})
+# PPO at RL Zoo's CartPole budget: only its compiled check (its update samples no replay)
+TASKS["cartpole-ppo-compiled"] = compiled_check(_task("CartPole-v1", "sb3", "ppo", "classic_control", 100_000, 5_000,
+                                                      candidates=False))
 TASKS.update({f"cartpole-dqn-gs{g}": replay_volume(TASKS["cartpole-dqn"], g) for g in VOLUME_STEPS})
 STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "learning": (("the learning study: SB3 DQN on CartPole and Acrobot, Tianshou DQN on CartPole (every candidate "
@@ -159,8 +162,9 @@ STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
                        "task has 128): uniform against the article's tiers"),
                       tuple(f"cartpole-dqn-gs{g}" for g in VOLUME_STEPS)),
     "compiled-check": (("the learning check of training.compiled_updates: SB3 DQN on CartPole and Acrobot, SAC on "
-                        "Pendulum and InvertedPendulum, QR-DQN on CartPole, TD3 on Pendulum; uniform sampling, eager "
-                        "and compiled"), tuple(f"{key}-compiled" for key in COMPILED_CHECKS)),
+                        "Pendulum and InvertedPendulum, QR-DQN on CartPole, TD3 on Pendulum, PPO on CartPole; uniform "
+                        "sampling, eager and compiled"),
+                       (*(f"{key}-compiled" for key in COMPILED_CHECKS), "cartpole-ppo-compiled")),
     "learning-quick": (("the learning study's three cheapest tasks: SB3 DQN on CartPole and Acrobot, Tianshou DQN "
                         "on CartPole"), STUDY_TASKS),
 }

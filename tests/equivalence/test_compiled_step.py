@@ -154,19 +154,21 @@ def test_where_a_compiled_step_cannot_run_the_reason_is_named():
     assert "SGD" in compiled_unavailable(sgd)
     amsgrad = DQN("MlpPolicy", "CartPole-v1", policy_kwargs=dict(optimizer_kwargs=dict(amsgrad=True)))
     assert "amsgrad" in compiled_unavailable(amsgrad)
-    from stable_baselines3 import PPO
+    from stable_baselines3 import A2C, PPO
 
-    assert "no compiled step" in compiled_unavailable(PPO("MlpPolicy", "CartPole-v1"))
+    assert "no compiled step" in compiled_unavailable(A2C("MlpPolicy", "CartPole-v1"))
+    assert "gSDE" in compiled_unavailable(PPO("MlpPolicy", "Pendulum-v1", use_sde=True))
+    assert compiled_unavailable(PPO("MlpPolicy", "CartPole-v1")) is None
     assert compiled_unavailable(DQN("MlpPolicy", "CartPole-v1")) is None
 
 
 def test_compiled_updates_true_refuses_a_model_without_a_compiled_step():
     from rlaccel_sb3 import AccelerateCallback
-    from stable_baselines3 import PPO
+    from stable_baselines3 import A2C
 
     from rlaccel_plugins.errors import ConfigError
 
-    model = PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16)
+    model = A2C("MlpPolicy", "CartPole-v1", n_steps=16)
     with pytest.raises(ConfigError, match="compiled_updates"):
         model.learn(16, callback=AccelerateCallback(compiled_updates=True))
 

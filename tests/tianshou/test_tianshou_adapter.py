@@ -226,6 +226,27 @@ def test_dqn_trains_with_buffer_and_wrapper_and_frozen_layers_stay_bit_identical
     assert stats.rlaccel_dense_updates == 30 and stats.rlaccel_level_fill_L0 == 1.0  # logged with the losses
 
 
+def test_the_thread_policy_holds_from_the_first_update_until_detach():
+    from rlaccel_plugins.loader import load_config
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        algo = SparseDenseWrapper(make_dqn(), config=load_config(num_threads=1))
+        buf = TieredVectorReplayBuffer(2000, 4, level_capacity=[200, 1800], sampling_ratio=[0.5, 0.5])
+        collector = Collector(algo, envs("CartPole-v1", 4), buf, exploration_noise=True)
+        collector.reset()
+        collector.collect(n_step=200, random=True)
+        assert torch.get_num_threads() == 2  # nothing changes before training
+        with policy_within_training_step(algo.policy):
+            algo.update(buffer=buf, sample_size=32)
+        assert torch.get_num_threads() == 1 and algo.threads.fixed == 1
+        algo.detach()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_sac_pendulum_and_ppo_cartpole_train_through_run_training():
     torch.manual_seed(0)
     # SAC, Pendulum: three optimizers (actor, two critics) under the schedule

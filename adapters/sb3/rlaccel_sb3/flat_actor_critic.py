@@ -286,18 +286,10 @@ def lean_evaluate_actions_for(model) -> Callable[..., tuple[torch.Tensor, torch.
     actor, critic, categorical_actions = parts
     policy = model.policy
 
-    def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        distribution = FlatCategorical(logits)  # log-probability first, as SB3 asks: probs made after it
-        return distribution.log_prob(actions), distribution.entropy()
-
-    def gaussian(mean: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        std = _gaussian_std(policy, mean)
-        # log-probability before entropy, as SB3 asks them: the order autograd sums std's gradients in
-        log_prob = gaussian_log_prob(actions, mean, std)
-        entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
-        return log_prob, sum_independent_dims(entropy)
-
-    distribution = categorical if categorical_actions else gaussian
+    def distribution(out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if categorical_actions:
+            return categorical_log_prob_entropy(out, actions)
+        return gaussian_log_prob_entropy(out, policy.log_std, actions)
 
     def evaluate_actions(obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         features = obs.float()
@@ -317,6 +309,23 @@ def evaluate_actions_of(model) -> Callable[..., tuple[torch.Tensor, torch.Tensor
     return cached(policy, "sb3.evaluate_actions", lambda: lean_evaluate_actions_for(model)) or policy.evaluate_actions
 
 
+def categorical_log_prob_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """SB3's ``CategoricalDistribution``: the actions' log-probabilities, then the entropies (log-probability
+    first, as SB3 asks them: ``probs`` is made after it)."""
+    distribution = FlatCategorical(logits)
+    return distribution.log_prob(actions), distribution.entropy()
+
+
+def gaussian_log_prob_entropy(mean: torch.Tensor, log_std: torch.Tensor,
+                              actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """SB3's ``DiagGaussianDistribution``: ``Normal.log_prob`` and ``Normal.entropy`` summed over the action
+    dims, log-probability first (the order autograd sums the standard deviation's gradients in)."""
+    std = torch.ones_like(mean) * log_std.exp()
+    log_prob = gaussian_log_prob(actions, mean, std)
+    entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
+    return log_prob, sum_independent_dims(entropy)
+
+
 def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:
     """SB3's ``DiagGaussianDistribution.proba_distribution`` standard deviation."""
     return torch.ones_like(mean) * policy.log_std.exp()
@@ -324,9 +333,36 @@ def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:
 
 def _flat_actor_critic(model) -> tuple[Callable, Callable, bool] | None:
     """The actor (to the action logits or means) and the critic (to the values) of an on-policy MLP policy
-    — SB3's ``ActorCriticPolicy`` on a 1-D Box, shared flatten extractor, no gSDE, Categorical or diagonal
-    Gaussian actions — as flat functions, and whether the actions are categorical; None elsewhere or
+    (:func:`_on_policy_mlp`) as flat functions, and whether the actions are categorical; None elsewhere or
     where a forward hook is registered."""
+    parts = _on_policy_mlp(model)
+    if parts is None:
+        return None
+    hooked, actor_layers, critic_layers, categorical = parts
+    actor, critic = flat_layers(hooked, *actor_layers), flat_layers(hooked, *critic_layers)
+    if actor is None or critic is None:
+        return None
+    return actor, critic, categorical
+
+
+def actor_critic_spec(model) -> tuple[tuple, tuple, list[torch.Tensor], list[torch.Tensor], bool] | None:
+    """What :func:`lean_evaluate_actions_for` runs, as data (:func:`~rlaccel_plugins.fused.flat.layer_spec`):
+    the actor's and the critic's layer kinds and parameters, and whether the actions are categorical (else
+    a diagonal Gaussian with the policy's ``log_std``); None where it would be the policy's own method."""
+    parts = _on_policy_mlp(model)
+    if parts is None or "evaluate_actions" in model.policy.__dict__:
+        return None
+    hooked, actor_layers, critic_layers, categorical = parts
+    actor, critic = layer_spec(hooked, *actor_layers), layer_spec(hooked, *critic_layers)
+    if actor is None or critic is None:
+        return None
+    return actor[0], critic[0], actor[1], critic[1], categorical
+
+
+def _on_policy_mlp(model) -> tuple[list[torch.nn.Module], tuple, tuple, bool] | None:
+    """For an on-policy MLP policy — SB3's ``ActorCriticPolicy`` on a 1-D Box, shared flatten extractor, no
+    gSDE, Categorical or diagonal Gaussian actions: the modules whose calls a flat function skips, the
+    actor's and the critic's layer sequences, and whether the actions are categorical; None elsewhere."""
     from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
     from stable_baselines3.common.policies import ActorCriticPolicy
@@ -341,9 +377,5 @@ def _flat_actor_critic(model) -> tuple[Callable, Callable, bool] | None:
             or not isinstance(policy.observation_space, spaces.Box) or len(policy.observation_space.shape) != 1:
         return None
     extractor, mlp = policy.features_extractor, policy.mlp_extractor
-    hooked = [policy, extractor, extractor.flatten, mlp]
-    actor = flat_layers(hooked, mlp.policy_net, policy.action_net)
-    critic = flat_layers(hooked, mlp.value_net, policy.value_net)
-    if actor is None or critic is None:
-        return None
-    return actor, critic, distribution is CategoricalDistribution
+    return ([policy, extractor, extractor.flatten, mlp], (mlp.policy_net, policy.action_net),
+            (mlp.value_net, policy.value_net), distribution is CategoricalDistribution)

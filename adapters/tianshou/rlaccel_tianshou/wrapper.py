@@ -29,11 +29,12 @@ from tianshou.algorithm.algorithm_base import (
     TrainingStatsWrapper,
 )
 
-from rlaccel_plugins.config import AccelConfig
+from rlaccel_plugins.config import AUTO, AccelConfig
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.fused.memory_format import ChannelsLast
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.metrics import collect_metrics
+from rlaccel_plugins.threads import ThreadPolicy
 from rlaccel_plugins.updates import SparseDenseUpdater
 from rlaccel_plugins.updates.guard import GradientGuard
 from rlaccel_plugins.updates.precision import update_autocast
@@ -76,11 +77,22 @@ class _SparseDenseMixin:
         # training.channels_last: the algorithm's convolutions in channels-last until detach()
         self._channels_last = ChannelsLast([self.wrapped_algorithm], [
             optimizer._optim for optimizer in self.wrapped_algorithm._optimizers]) if config.training.channels_last else None
+        threads = config.training.num_threads
+        # training.num_threads: torch's threads kept to the cores other processes leave, from the first update
+        # until detach() (rlaccel_plugins.threads)
+        self.threads = ThreadPolicy(fixed=None if threads == AUTO else int(threads))
 
     @property
     def fused(self) -> bool:
         """Whether updates run fused (``training.fused_updates``; see ``rlaccel_tianshou.fused``)."""
         return self._fused_update is not None
+
+    def _threads_in_force(self) -> None:
+        """Before an update: the thread policy started on the first, read again (once a second) after."""
+        if self.threads.threads is None:
+            self.threads.start()
+        else:
+            self.threads.update()
 
     # ---------------------------------------------------------------- attaching on the first batch
     def _ensure_attached(self, batch: Any) -> None:
@@ -139,8 +151,9 @@ class _SparseDenseMixin:
         return result
 
     def detach(self) -> None:
-        """Restore every parameter's ``requires_grad``, remove the hooks and put ``training.channels_last``'s
-        convolutions back in PyTorch's default format."""
+        """Restore every parameter's ``requires_grad``, remove the hooks, put ``training.channels_last``'s
+        convolutions back in PyTorch's default format and torch's thread count back to what it was."""
+        self.threads.stop()
         if self.updater is not None:
             self.updater.detach()
         if self.guard is not None:
@@ -190,6 +203,7 @@ class SparseDenseWrapper(_SparseDenseMixin, OffPolicyWrapperAlgorithm):
     def update(self, buffer, sample_size):
         from rlaccel_tianshou.fused import fusable_buffer
 
+        self._threads_in_force()
         if self._fused_update is not None and fusable_buffer(buffer):
             return self._fused_update(self, buffer, sample_size)
         return super().update(buffer, sample_size)
@@ -218,6 +232,7 @@ class SparseDenseOnPolicyWrapper(_SparseDenseMixin, OnPolicyWrapperAlgorithm):
     def update(self, buffer, batch_size, repeat):
         from rlaccel_tianshou.fused import fusable_buffer
 
+        self._threads_in_force()
         if self._fused_update is not None and fusable_buffer(buffer):
             return self._fused_update(self, buffer, batch_size, repeat)
         return super().update(buffer, batch_size, repeat)

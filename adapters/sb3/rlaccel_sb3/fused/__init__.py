@@ -97,12 +97,25 @@ def break_even(model) -> int | None:
 
 
 def planned_gradient_steps(model, total_timesteps: int) -> int | None:
-    """The gradient steps an off-policy ``learn()`` call up to ``total_timesteps`` env steps will take, as
-    SB3's loop takes them: one round of ``gradient_steps`` (``-1``: as many as the round's env steps) per
-    ``train_freq`` steps of every env after ``learning_starts``. None where it cannot be told beforehand
-    (``train_freq`` in episodes, an on-policy model)."""
+    """The gradient steps a ``learn()`` call up to ``total_timesteps`` env steps will take, as SB3's loop takes
+    them. Off-policy: one round of ``gradient_steps`` (``-1``: as many as the round's env steps) per
+    ``train_freq`` steps of every env after ``learning_starts``; None where ``train_freq`` counts episodes.
+    On-policy: one ``train()`` per rollout of ``n_steps`` per env, each ``n_epochs`` passes over its
+    minibatches (A2C: one step); ``target_kl`` may stop a pass early, so this is the most it takes.
+
+    Examples:
+        >>> from stable_baselines3 import PPO
+        >>> planned_gradient_steps(PPO("MlpPolicy", "CartPole-v1", n_steps=512, batch_size=64), 100_000)
+        15680
+    """
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
     from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 
+    if isinstance(model, OnPolicyAlgorithm):
+        rows = model.n_steps * model.n_envs
+        rollouts = -(-max(0, total_timesteps - model.num_timesteps) // rows)  # SB3 collects while below the total
+        batch_size = getattr(model, "batch_size", None) or rows
+        return rollouts * getattr(model, "n_epochs", 1) * -(-rows // batch_size)
     train_freq = getattr(model, "train_freq", None)
     if train_freq is None or train_freq.unit != TrainFrequencyUnit.STEP:
         return None

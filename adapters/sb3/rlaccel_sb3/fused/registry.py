@@ -91,7 +91,8 @@ ALGORITHMS = (
                    (f"{SB3}.td3.td3:TD3.train", f"{SB3}.td3.policies:Actor.forward", *_CRITIC, _POLYAK, _RATE, _MODE,
                     *_REPLAY), compiled="compiled_td3:CompiledTD3Step.build", runs_for=("DDPG",)),
     FusedAlgorithm("PPO", SB3, "on_policy", "on_policy:ppo_train",
-                   (f"{SB3}.ppo.ppo:PPO.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE)),
+                   (f"{SB3}.ppo.ppo:PPO.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE),
+                   compiled="on_policy:compiled_ppo_step"),
     FusedAlgorithm("A2C", SB3, "on_policy", "on_policy:a2c_train",
                    (f"{SB3}.a2c.a2c:A2C.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE)),
 )
