@@ -5,11 +5,18 @@ so a page never copies a default, a preset or a flag by hand."""
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 GENERATED = re.compile(r"<!-- generated: ([a-z0-9-]+) -->")
 
 
 def _generate(name: str) -> str:
+    # the `mkdocs` command puts no folder on the import path (`python -m mkdocs` puts the current one), and
+    # restores the path after loading this hook: the repository's `tools` package is found from here
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
     from tools import reference
 
     makers = {"config": reference.config_markdown, "presets": reference.presets_markdown,
