@@ -6,7 +6,7 @@ in them — Python and dispatch per op, autograd's bookkeeping, one pass over me
 and a host sync per step where a guard reads the gradient norm (``benchmarks/peer_phases.py`` shows the
 split). Compiled whole, the products stay the same ATen calls and everything between them becomes a few
 fused C++ loops, called without Python per op; the guard's check and its counters stay in the graph
-(read once per :meth:`CompiledAdamStep.flush`), so no step waits on the host. This is what SBX gets from
+(read once per :meth:`CompiledStep.flush`), so no step waits on the host. This is what SBX gets from
 ``jax.jit``; here the framework's own networks and optimizer state are updated in place, so everything
 else (saving, logging, the next eager step) sees what it always sees.
 
@@ -22,12 +22,12 @@ Eligible (:func:`ineligible` says why not): ``Adam`` or ``AdamW`` with float hyp
 ``amsgrad``/``maximize``/``capturable``/``differentiable``/``weight_decay``, every parameter a CPU float32
 tensor with a gradient this step, one shared step count, no step pre-hook; a guard without fp16 loss
 scaling or ``restore_last_good``. Step post-hooks (the sparse/dense schedule) run after every step, as
-``optimizer.step()`` runs them. Where ``torch.compile`` is unavailable or fails, :class:`CompiledAdamStep`
-warns once and runs the caller's eager step instead (:attr:`CompiledAdamStep.failed`).
+``optimizer.step()`` runs them. Where ``torch.compile`` is unavailable or fails, :class:`CompiledStep`
+warns once and runs the caller's eager step instead (:attr:`CompiledStep.failed`).
 
 The pieces: :class:`AdamOperand` is one optimizer as a compiled step sees it (its parameters, state,
 step scalars and guard); :func:`adam_update_` is the in-graph update of one operand; :class:`CompiledCall`
-compiles a step function once per process and falls back to it eagerly; :class:`CompiledAdamStep`
+compiles a step function once per process and falls back to it eagerly; :class:`CompiledStep`
 puts them together for a step with one loss and one optimizer (DQN). An adapter's step with several
 optimizers (SAC: entropy coefficient, critic, actor) uses the pieces directly.
 
@@ -40,7 +40,7 @@ Examples:
     ...     return loss, loss.detach()
     >>> ineligible(optimizer) is None
     True
-    >>> step = CompiledAdamStep(loss_of, list(net.parameters()), optimizer, compile=False)  # True: compiled
+    >>> step = CompiledStep(loss_of, list(net.parameters()), optimizer, compile=False)  # True: compiled
     >>> loss = step(torch.ones(4, 3), torch.zeros(4, 1))
     >>> int(optimizer.state[net.weight]["step"])
     1
@@ -72,16 +72,22 @@ def ineligible(optimizer: torch.optim.Optimizer, guard: Any = None) -> str | Non
     unsupported = compile_unsupported(warn=True)
     if unsupported is not None:
         return unsupported
-    if type(optimizer) not in ADAMS:
-        return f"{type(optimizer).__name__} (Adam and AdamW are compiled)"
+    if type(optimizer) not in (*ADAMS, torch.optim.RMSprop):
+        return f"{type(optimizer).__name__} (Adam, AdamW and RMSprop are compiled)"
     if len(optimizer.param_groups) != 1:
         return "more than one parameter group"
     group = optimizer.param_groups[0]
-    if group["amsgrad"] or group["maximize"] or group["capturable"] or group["differentiable"] or group.get("fused"):
-        return "amsgrad, maximize, capturable, differentiable or fused set"
+    if type(optimizer) in ADAMS:
+        if group["amsgrad"] or group["maximize"] or group["capturable"] or group["differentiable"] or group.get("fused"):
+            return "amsgrad, maximize, capturable, differentiable or fused set"
+        numbers = (group["lr"], group["eps"], *group["betas"])
+    else:
+        if group["momentum"] or group["centered"] or group["maximize"] or group["capturable"] or group["differentiable"]:
+            return "RMSprop's momentum, centered, maximize, capturable or differentiable set"
+        numbers = (group["lr"], group["eps"], group["alpha"])
     if group["weight_decay"] != 0:
         return "weight decay"
-    if not all(type(v) in _NUMBERS for v in (group["lr"], group["eps"], *group["betas"])):
+    if not all(type(v) in _NUMBERS for v in numbers):
         return "tensor hyper-parameters"
     if any(p.dtype is not torch.float32 or not p.is_cpu for p in group["params"]):
         return "parameters not CPU float32"
@@ -115,15 +121,24 @@ class AdamOperand:
         self.optimizer, self.guard = optimizer, guard
         self.params = [p.detach() for p in params]  # aliases: the step writes the parameters in place
         self._owners = list(params)
-        beta1, beta2 = group["betas"]
         guard_clip = guard.max_grad_norm if guard is not None else None
-        self.hyper = (float(beta1), float(beta2), float(group["eps"]),
-                      None if max_grad_norm is None else float(max_grad_norm),
+        # the optimizer's own constants, then _guarded's: the framework's clip, the guard's clip and skip
+        self.hyper = (*self._constants(group), None if max_grad_norm is None else float(max_grad_norm),
                       None if guard_clip is None else float(guard_clip), bool(guard is not None and guard.skip_nonfinite))
         self._counts = torch.zeros(3)  # the guard's: guarded, skipped, clipped
         self._scalars = torch.zeros(2)  # Adam's step size and bias_correction2_sqrt for the coming step
         self._scalars_np = self._scalars.numpy()
         self._state: tuple | None = None
+
+    @staticmethod
+    def _constants(group: dict) -> tuple[float, ...]:
+        beta1, beta2 = group["betas"]
+        return float(beta1), float(beta2), float(group["eps"])
+
+    @staticmethod
+    def update(grads: Sequence[torch.Tensor], operand: tuple, hyper: tuple) -> None:
+        """The in-graph update of this kind of optimizer (:func:`adam_update_`)."""
+        adam_update_(grads, operand, hyper)
 
     def tensors(self) -> tuple:
         """What :func:`adam_update_` takes, ready for the coming step."""
@@ -166,7 +181,7 @@ class AdamOperand:
         Python floats from the step count (a CPU tensor: reading it waits on nothing), rounded to float32
         where its kernels take them. Computed in the graph they would be recomputed per vector of every
         loop (inductor inlines scalar math into its consumers)."""
-        beta1, beta2 = self.hyper[0], self.hyper[1]
+        beta1, beta2 = (float(beta) for beta in self.optimizer.param_groups[0]["betas"])
         return (self.optimizer.param_groups[0]["lr"] / (1 - beta1 ** t)) * -1, (1 - beta2 ** t) ** 0.5
 
     def _bind_state(self) -> tuple:
@@ -183,6 +198,48 @@ class AdamOperand:
             raise ValueError("the optimizer's parameters have different step counts; a compiled step shares one")
         self._state = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps)
         return self._state
+
+
+class RMSpropOperand(AdamOperand):
+    """One eligible ``RMSprop`` (no momentum, not centered) as a compiled step reads and writes it: its
+    ``square_avg`` and ``step`` tensors (made as RMSprop makes them on its first step) and the coming step's
+    ``-lr``; the rest as :class:`AdamOperand` (whose loop :func:`adam_scan_` it has no counterpart of)."""
+
+    @staticmethod
+    def _constants(group: dict) -> tuple[float, ...]:
+        return float(group["alpha"]), float(group["eps"])
+
+    @staticmethod
+    def update(grads: Sequence[torch.Tensor], operand: tuple, hyper: tuple) -> None:
+        """:func:`rmsprop_update_`."""
+        rmsprop_update_(grads, operand, hyper)
+
+    def tensors(self) -> tuple:
+        """What :func:`rmsprop_update_` takes, ready for the coming step."""
+        square_avgs, steps = self._bind_state()
+        self._scalars_np[0] = -self.optimizer.param_groups[0]["lr"]
+        return self.params, square_avgs, steps, self._scalars, self._counts
+
+    def hooks_can_wait(self) -> bool:
+        return False  # no loop: one step per call
+
+    def _bind_state(self) -> tuple:
+        states = [self.optimizer.state[p] for p in self._owners]
+        if self._state is not None and all(s.get("square_avg") is v for s, v in zip(states, self._state[0])):
+            return self._state
+        for p, state in zip(self._owners, states):
+            if len(state) == 0:  # what RMSprop's _init_group puts there (no momentum, not centered)
+                state["step"] = torch.zeros((), dtype=_apis().scalar_dtype())
+                state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        self._state = ([s["square_avg"] for s in states], [s["step"] for s in states])
+        return self._state
+
+
+def operand_for(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor], **kwargs: Any) -> AdamOperand:
+    """The operand of an eligible optimizer (:func:`ineligible`): :class:`RMSpropOperand` for ``RMSprop``,
+    else :class:`AdamOperand`."""
+    kind = RMSpropOperand if type(optimizer) is torch.optim.RMSprop else AdamOperand
+    return kind(optimizer, params, **kwargs)
 
 
 def guard_of(optimizer: torch.optim.Optimizer) -> Any:
@@ -219,7 +276,7 @@ class CompiledCall:
                       RlaccelWarning, stacklevel=3)
 
 
-class CompiledAdamStep:
+class CompiledStep:
     """``loss_of``'s gradient step on ``optimizer``, compiled: call it with the step's inputs, get the
     logged loss back (a tensor; no host sync).
 
@@ -238,7 +295,7 @@ class CompiledAdamStep:
     def __init__(self, loss_of: Callable, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer, *,
                  static: tuple = (), max_grad_norm: float | None = None, guard: Any = None, compile: bool = True) -> None:
         self.loss_of, self.static, self.optimizer = loss_of, static, optimizer
-        self.operand = AdamOperand(optimizer, params, max_grad_norm=max_grad_norm, guard=guard)
+        self.operand = operand_for(optimizer, params, max_grad_norm=max_grad_norm, guard=guard)
         self.call = CompiledCall(_one_loss_step, compile)
         self.loop = CompiledCall(adam_scan_, compile)
 
@@ -247,7 +304,8 @@ class CompiledAdamStep:
         return self.call.failed or self.loop.failed
 
     def __call__(self, *inputs: Any) -> torch.Tensor:
-        loss = self.call(self.loss_of, self.operand.tensors(), self.static + inputs, self.operand.hyper)
+        loss = self.call(self.loss_of, self.operand.tensors(), self.static + inputs, self.operand.hyper,
+                         self.operand.update)
         self.operand.stepped()
         return loss
 
@@ -280,10 +338,11 @@ def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
 
 
-def _one_loss_step(loss_of: Callable, operand: tuple, inputs: tuple, hyper: tuple) -> torch.Tensor:
-    """:class:`CompiledAdamStep`'s step: the loss's gradients, then :func:`adam_update_`."""
+def _one_loss_step(loss_of: Callable, operand: tuple, inputs: tuple, hyper: tuple, update: Callable) -> torch.Tensor:
+    """:class:`CompiledStep`'s step: the loss's gradients, then the optimizer's ``update`` (:func:`adam_update_`,
+    :func:`rmsprop_update_`)."""
     grads, logged = torch.func.grad(lambda p: loss_of(p, *inputs), has_aux=True)(operand[0])
-    adam_update_(grads, operand, hyper)
+    update(grads, operand, hyper)
     return logged
 
 
@@ -301,12 +360,10 @@ def adam_update_(grads: Sequence[torch.Tensor], operand: tuple, hyper: tuple) ->
         counts.add_(counted)
 
 
-def _adam_arithmetic(grads: Sequence[torch.Tensor], params: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
-                     exp_avg_sqs: Sequence[torch.Tensor], scalars: torch.Tensor, hyper: tuple) -> tuple:
-    """The framework's clip, the guard's check and Adam's formulas (PyTorch's, in its op order), as new
-    tensors: ``(params, exp_avgs, exp_avg_sqs, ok, counts)``; where not ``ok`` (a non-finite norm the
-    guard skips) the old values. ``counts``: this step's guarded, skipped, clipped."""
-    beta1, beta2, eps, clip, guard_clip, skip_nonfinite = hyper
+def _guarded(grads: Sequence[torch.Tensor], clip: float | None, guard_clip: float | None,
+             skip_nonfinite: bool) -> tuple:
+    """The framework's clip, then the guard's check and clip: ``(grads, ok, counts)``, ``ok`` false where the
+    guard skips the step (a non-finite norm); ``counts``: this step's guarded, skipped, clipped."""
     if clip is not None:  # the framework's clip_grad_norm_
         coef = torch.clamp(clip / (_total_norm(grads) + 1e-6), max=1.0)
         grads = [g * coef for g in grads]
@@ -317,6 +374,16 @@ def _adam_arithmetic(grads: Sequence[torch.Tensor], params: Sequence[torch.Tenso
         clipped = norm > guard_clip
         coef = torch.clamp(guard_clip / (norm + 1e-6), max=1.0)
         grads = [g * coef for g in grads]
+    return grads, ok, torch.stack([torch.ones(()), (~ok).float(), (clipped & ok).float()])
+
+
+def _adam_arithmetic(grads: Sequence[torch.Tensor], params: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
+                     exp_avg_sqs: Sequence[torch.Tensor], scalars: torch.Tensor, hyper: tuple) -> tuple:
+    """The framework's clip, the guard's check and Adam's formulas (PyTorch's, in its op order), as new
+    tensors: ``(params, exp_avgs, exp_avg_sqs, ok, counts)``; where not ``ok`` (a non-finite norm the
+    guard skips) the old values. ``counts``: this step's guarded, skipped, clipped."""
+    beta1, beta2, eps = hyper[:3]
+    grads, ok, counted = _guarded(grads, *hyper[3:])
     step_size, bias_correction2_sqrt = scalars[0], scalars[1]
     new_p, new_m, new_v = [], [], []
     for p, m, v, g in zip(params, exp_avgs, exp_avg_sqs, grads):
@@ -326,8 +393,24 @@ def _adam_arithmetic(grads: Sequence[torch.Tensor], params: Sequence[torch.Tenso
         new_p.append(torch.where(ok, p + (step_size * m_next) / denom, p))
         new_m.append(torch.where(ok, m_next, m))
         new_v.append(torch.where(ok, v_next, v))
-    counted = torch.stack([torch.ones(()), (~ok).float(), (clipped & ok).float()])
     return new_p, new_m, new_v, ok, counted
+
+
+def rmsprop_update_(grads: Sequence[torch.Tensor], operand: tuple, hyper: tuple) -> None:
+    """:func:`adam_update_` for an :class:`RMSpropOperand`: the clip, the guard's check and PyTorch's RMSprop
+    (no momentum, not centered) in its op order, in place."""
+    params, square_avgs, steps, scalars, counts = operand
+    alpha, eps = hyper[:2]
+    with torch.no_grad():
+        grads, ok, counted = _guarded(grads, *hyper[2:])
+        for p, v, g in zip(params, square_avgs, grads):
+            v_next = torch.addcmul(v * alpha, g, g, value=1 - alpha)
+            avg = torch.sqrt(v_next) + eps
+            p.copy_(torch.where(ok, p + (scalars[0] * g) / avg, p))
+            v.copy_(torch.where(ok, v_next, v))
+        for s in steps:
+            s.add_(ok.float())
+        counts.add_(counted)
 
 
 def adam_scan_(loss_of: Callable, operand: tuple, static: tuple, xs: tuple, hyper: tuple) -> torch.Tensor:

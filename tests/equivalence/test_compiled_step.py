@@ -156,19 +156,26 @@ def test_where_a_compiled_step_cannot_run_the_reason_is_named():
     assert "amsgrad" in compiled_unavailable(amsgrad)
     from stable_baselines3 import A2C, PPO
 
-    assert "no compiled step" in compiled_unavailable(A2C("MlpPolicy", "CartPole-v1"))
+    class OwnDQN(DQN):
+        def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+            super().train(gradient_steps, batch_size)
+
+    assert "no compiled step" in compiled_unavailable(OwnDQN("MlpPolicy", "CartPole-v1"))
     assert "gSDE" in compiled_unavailable(PPO("MlpPolicy", "Pendulum-v1", use_sde=True))
+    momentum = dict(optimizer_class=torch.optim.RMSprop, optimizer_kwargs=dict(momentum=0.9))
+    assert "momentum" in compiled_unavailable(A2C("MlpPolicy", "CartPole-v1", policy_kwargs=momentum))
     assert compiled_unavailable(PPO("MlpPolicy", "CartPole-v1")) is None
+    assert compiled_unavailable(A2C("MlpPolicy", "CartPole-v1")) is None
     assert compiled_unavailable(DQN("MlpPolicy", "CartPole-v1")) is None
 
 
-def test_compiled_updates_true_refuses_a_model_without_a_compiled_step():
+def test_compiled_updates_true_refuses_a_model_it_cannot_compile():
     from rlaccel_sb3 import AccelerateCallback
-    from stable_baselines3 import A2C
+    from stable_baselines3 import PPO
 
     from rlaccel_plugins.errors import ConfigError
 
-    model = A2C("MlpPolicy", "CartPole-v1", n_steps=16)
+    model = PPO("MlpPolicy", "Pendulum-v1", use_sde=True, n_steps=16, batch_size=16)
     with pytest.raises(ConfigError, match="compiled_updates"):
         model.learn(16, callback=AccelerateCallback(compiled_updates=True))
 

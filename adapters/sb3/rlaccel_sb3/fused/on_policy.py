@@ -14,7 +14,7 @@ from stable_baselines3.common.type_aliases import RolloutBufferSamples
 from stable_baselines3.common.utils import explained_variance
 
 from rlaccel_plugins.fused import OptimizerKernels, optimizer_step, zero_grad
-from rlaccel_plugins.fused.compiled_step import CompiledAdamStep, guard_of, ineligible
+from rlaccel_plugins.fused.compiled_step import CompiledStep, guard_of, ineligible
 from rlaccel_plugins.fused.flat import apply_layers
 from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
@@ -25,35 +25,40 @@ from rlaccel_sb3.rollout_batches import epoch_stacks, rollout_batches, rollout_e
 from rlaccel_sb3.training_mode import set_training_mode
 
 
-def _a2c_train(model, fused_optimizer: bool = False) -> None:
+def _a2c_train(model, fused_optimizer: bool = False, compiled_of: Callable | None = None) -> None:
     """SB3's ``A2C.train`` (one gradient step on the whole rollout), line for line, with the policy's
     train-mode flags written flat, its ``evaluate_actions`` as the same tensor ops without module calls
     where the policy is an MLP one (``rlaccel_sb3.flat_actor_critic.lean_evaluate_actions_for``), the parameter
     list made once, and the optimizer's step as flat ops where :mod:`rlaccel_plugins.fused.flat_optim`
     covers it (SB3's ``RMSprop``), and the rollout's batch gathered with one copy per field
-    (:mod:`rlaccel_sb3.rollout_batches`)."""
+    (:mod:`rlaccel_sb3.rollout_batches`). ``compiled_of()``: the call's compiled step
+    (:func:`compiled_a2c_step`), or None; it runs where the rollout is SB3's ``RolloutBuffer`` and no layer
+    is frozen."""
     policy = model.policy
     evaluate_actions = evaluate_actions_of(model)
     set_training_mode(policy, True)
     model._update_learning_rate(policy.optimizer)
-    with OptimizerKernels([policy.optimizer], fused=fused_optimizer):
-        for rollout_data in rollout_batches(model.rollout_buffer, None):  # one batch: the whole rollout
-            actions = rollout_data.actions
-            if isinstance(model.action_space, spaces.Discrete):
-                actions = actions.long().flatten()
-            values, log_prob, entropy = evaluate_actions(rollout_data.observations, actions)
-            values = values.flatten()
-            advantages = rollout_data.advantages
-            if model.normalize_advantage:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            policy_loss = -(advantages * log_prob).mean()
-            value_loss = F.mse_loss(rollout_data.returns, values)
-            entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
-            loss = policy_loss + model.ent_coef * entropy_loss + model.vf_coef * value_loss
-            zero_grad(policy.optimizer)
-            loss.backward()
-            clip_grad_norm(module_parameters(policy), model.max_grad_norm)
-            optimizer_step(policy.optimizer)
+    compiled = compiled_of() if compiled_of is not None else None
+    rows = model.rollout_buffer.buffer_size * model.rollout_buffer.n_envs
+    if compiled is not None and epoch_stacks(model.rollout_buffer, rows) \
+            and all(p.requires_grad for p in module_parameters(policy)):
+        batch = rollout_epoch(model.rollout_buffer, rows)  # the one batch: the whole rollout, SB3's permutation
+        policy_loss, value_loss, entropy_loss, _ = compiled(*(field[0] for field in batch)).unbind()
+        compiled.flush()
+    else:
+        with OptimizerKernels([policy.optimizer], fused=fused_optimizer):
+            for rollout_data in rollout_batches(model.rollout_buffer, None):  # one batch: the whole rollout
+                actions = rollout_data.actions
+                if isinstance(model.action_space, spaces.Discrete):
+                    actions = actions.long().flatten()
+                values, log_prob, entropy = evaluate_actions(rollout_data.observations, actions)
+                loss, policy_loss, value_loss, entropy_loss = a2c_losses(
+                    values.flatten(), log_prob, entropy, rollout_data, model.normalize_advantage, model.ent_coef,
+                    model.vf_coef)
+                zero_grad(policy.optimizer)
+                loss.backward()
+                clip_grad_norm(module_parameters(policy), model.max_grad_norm)
+                optimizer_step(policy.optimizer)
     explained_var = explained_variance(model.rollout_buffer.values.flatten(), model.rollout_buffer.returns.flatten())
     model._n_updates += 1
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
@@ -63,6 +68,20 @@ def _a2c_train(model, fused_optimizer: bool = False) -> None:
     model.logger.record("train/value_loss", value_loss.item())
     if hasattr(policy, "log_std"):
         model.logger.record("train/std", torch.exp(policy.log_std).mean().item())
+
+
+def a2c_losses(values: torch.Tensor, log_prob: torch.Tensor, entropy: torch.Tensor | None, batch,
+               normalize_advantage: bool, ent_coef: float, vf_coef: float) -> tuple[torch.Tensor, ...]:
+    """SB3's A2C loss on the rollout (``batch``: its ``RolloutBufferSamples``), in its op order: ``(loss,
+    policy loss, value loss, entropy loss)``."""
+    advantages = batch.advantages
+    if normalize_advantage:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    policy_loss = -(advantages * log_prob).mean()
+    value_loss = F.mse_loss(batch.returns, values)
+    entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
+    loss = policy_loss + ent_coef * entropy_loss + vf_coef * value_loss
+    return loss, policy_loss, value_loss, entropy_loss
 
 
 def _ppo_train(model, fused_optimizer: bool = False, compiled_of: Callable | None = None) -> None:
@@ -175,7 +194,7 @@ def ppo_losses(values: torch.Tensor, log_prob: torch.Tensor, entropy: torch.Tens
 PPO_LOGGED = ("policy_loss", "clip_fraction", "value_loss", "entropy_loss", "approx_kl", "loss")
 
 
-def _loops(model, compiled: CompiledAdamStep, parameters: list) -> bool:
+def _loops(model, compiled: CompiledStep, parameters: list) -> bool:
     """Whether a ``train()`` call's steps run as one compiled loop: no ``target_kl`` (its check reads the KL on
     the host before each step), minibatches of one size from SB3's ``RolloutBuffer``, no layer frozen now or
     by a hook between the steps."""
@@ -193,13 +212,10 @@ def _loop_inputs(model, clips: tuple) -> tuple:
     return (*fields, row.expand(len(fields[0]), 4))
 
 
-def _ppo_compiled_loss(params: list[torch.Tensor], spec: tuple, constants: tuple, observations: torch.Tensor,
-                       actions: torch.Tensor, old_values: torch.Tensor, old_log_prob: torch.Tensor,
-                       advantages: torch.Tensor, returns: torch.Tensor, clips: torch.Tensor):
-    """SB3's ``evaluate_actions`` (:func:`~rlaccel_sb3.flat_actor_critic.actor_critic_spec`'s layers) then
-    :func:`ppo_losses` for one minibatch, as a pure function of the policy's parameters (the optimizer's order)."""
+def _evaluated(params: list[torch.Tensor], spec: tuple, observations: torch.Tensor, actions: torch.Tensor):
+    """SB3's ``evaluate_actions`` on :func:`~rlaccel_sb3.flat_actor_critic.actor_critic_spec`'s layers, as a pure
+    function of the policy's parameters (the optimizer's order): values, log-probabilities, entropies."""
     actor_kinds, critic_kinds, actor_index, critic_index, log_std_index = spec
-    normalize_advantage, ent_coef, vf_coef, clip_values = constants
     features = observations.float()
     out = apply_layers(actor_kinds, [params[i] for i in actor_index], features)
     if log_std_index is None:
@@ -207,16 +223,50 @@ def _ppo_compiled_loss(params: list[torch.Tensor], spec: tuple, constants: tuple
     else:
         log_prob, entropy = flat.gaussian_log_prob_entropy(out, params[log_std_index], actions)
     values = apply_layers(critic_kinds, [params[i] for i in critic_index], features).flatten()
+    return values, log_prob, entropy
+
+
+def _ppo_compiled_loss(params: list[torch.Tensor], spec: tuple, constants: tuple, observations: torch.Tensor,
+                       actions: torch.Tensor, old_values: torch.Tensor, old_log_prob: torch.Tensor,
+                       advantages: torch.Tensor, returns: torch.Tensor, clips: torch.Tensor):
+    """:func:`_evaluated` then :func:`ppo_losses` for one minibatch (a compiled step's ``loss_of``)."""
+    normalize_advantage, ent_coef, vf_coef, clip_values = constants
+    values, log_prob, entropy = _evaluated(params, spec, observations, actions)
     batch = RolloutBufferSamples(observations, actions, old_values, old_log_prob, advantages, returns)
     losses = ppo_losses(values, log_prob, entropy, batch, (clips[0], clips[1], clips[2], clips[3] if clip_values else None),
                         normalize_advantage, ent_coef, vf_coef)
     return losses[0], torch.stack([losses[1], losses[2], losses[3], losses[4], losses[5], losses[0]]).detach()
 
 
-def compiled_ppo_step(model, compile: bool = True) -> CompiledAdamStep | str:
+def _a2c_compiled_loss(params: list[torch.Tensor], spec: tuple, constants: tuple, observations: torch.Tensor,
+                       actions: torch.Tensor, old_values: torch.Tensor, old_log_prob: torch.Tensor,
+                       advantages: torch.Tensor, returns: torch.Tensor):
+    """:func:`_evaluated` then :func:`a2c_losses` for the rollout: logged policy, value, entropy loss and loss."""
+    values, log_prob, entropy = _evaluated(params, spec, observations, actions)
+    batch = RolloutBufferSamples(observations, actions, old_values, old_log_prob, advantages, returns)
+    loss, policy_loss, value_loss, entropy_loss = a2c_losses(values, log_prob, entropy, batch, *constants)
+    return loss, torch.stack([policy_loss, value_loss, entropy_loss, loss]).detach()
+
+
+def compiled_ppo_step(model, compile: bool = True) -> CompiledStep | str:
     """PPO's minibatch step compiled whole — ``evaluate_actions``, the loss, SB3's clip and Adam's update — every
-    epoch's minibatches of a ``train()`` call as one loop (:meth:`~rlaccel_plugins.fused.compiled_step.CompiledAdamStep.steps`),
+    epoch's minibatches of a ``train()`` call as one loop (:meth:`~rlaccel_plugins.fused.compiled_step.CompiledStep.steps`),
     or why it cannot be."""
+    constants = (bool(model.normalize_advantage), float(model.ent_coef), float(model.vf_coef),
+                 model.clip_range_vf is not None)
+    return _compiled_on_policy_step(model, _ppo_compiled_loss, constants, compile)
+
+
+def compiled_a2c_step(model, compile: bool = True) -> CompiledStep | str:
+    """A2C's step on the rollout compiled whole — ``evaluate_actions``, the loss, SB3's clip and the optimizer's
+    update (``RMSprop``, SB3's default, or ``Adam``) — or why it cannot be."""
+    constants = (bool(model.normalize_advantage), float(model.ent_coef), float(model.vf_coef))
+    return _compiled_on_policy_step(model, _a2c_compiled_loss, constants, compile)
+
+
+def _compiled_on_policy_step(model, loss_of: Callable, constants: tuple, compile: bool) -> CompiledStep | str:
+    """An on-policy algorithm's compiled step: ``loss_of(params, spec, constants, *rollout fields)`` on the MLP
+    policy (:func:`_evaluated`'s ``spec``), or why it cannot be."""
     optimizer = model.policy.optimizer
     if model.device.type != "cpu":
         return "not on the CPU"
@@ -234,12 +284,10 @@ def compiled_ppo_step(model, compile: bool = True) -> CompiledAdamStep | str:
     reason = ineligible(optimizer, guard)
     if reason is not None:
         return reason
-    static = ((actor_kinds, critic_kinds, tuple(index[id(p)] for p in actor_params),
-               tuple(index[id(p)] for p in critic_params), None if categorical else index[id(log_std[0])]),
-              (bool(model.normalize_advantage), float(model.ent_coef), float(model.vf_coef),
-               model.clip_range_vf is not None))
-    return CompiledAdamStep(_ppo_compiled_loss, params, optimizer, static=static, max_grad_norm=model.max_grad_norm,
-                            guard=guard, compile=compile)
+    layers = (actor_kinds, critic_kinds, tuple(index[id(p)] for p in actor_params),
+              tuple(index[id(p)] for p in critic_params), None if categorical else index[id(log_std[0])])
+    return CompiledStep(loss_of, params, optimizer, static=(layers, constants), max_grad_norm=model.max_grad_norm,
+                        guard=guard, compile=compile)
 
 
 def ppo_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[[], None]:
@@ -251,6 +299,8 @@ def ppo_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[
 
 
 def a2c_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[[], None]:
+    compiled_of = compiled_steps(model, graphs, compiled_a2c_step) if graphs.compiled else None
+
     def train() -> None:
-        _a2c_train(model, fused_optimizer)
+        _a2c_train(model, fused_optimizer, compiled_of)
     return train

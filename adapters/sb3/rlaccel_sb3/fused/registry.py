@@ -94,7 +94,8 @@ ALGORITHMS = (
                    (f"{SB3}.ppo.ppo:PPO.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE),
                    compiled="on_policy:compiled_ppo_step"),
     FusedAlgorithm("A2C", SB3, "on_policy", "on_policy:a2c_train",
-                   (f"{SB3}.a2c.a2c:A2C.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE)),
+                   (f"{SB3}.a2c.a2c:A2C.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE),
+                   compiled="on_policy:compiled_a2c_step"),
 )
 
 # the algorithms with an equivalence-tested fused train(), those that inherit one included

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels, zero_grad
-from rlaccel_plugins.fused.compiled_step import CompiledAdamStep, guard_of, ineligible
+from rlaccel_plugins.fused.compiled_step import CompiledStep, guard_of, ineligible
 from rlaccel_plugins.fused.flat import apply_layers
 from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
@@ -27,7 +27,7 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
                  compiled_of: Callable | None = None) -> None:
     """DQN-style ``train()``: the target network is fixed for the call, so all targets come first.
     ``network_of()``: the online network's forward for the call (DQN's as flat layers where it can be);
-    ``compiled_of()``: the call's :class:`CompiledAdamStep`, or None (each step then runs eagerly). A
+    ``compiled_of()``: the call's :class:`CompiledStep`, or None (each step then runs eagerly). A
     compiled step computes its batch's target itself (the same rows: a target forward of 64 rows in the
     step is cheaper than a share of a batched one), so the batched targets are made only for eager steps."""
     policy = model.policy
@@ -79,7 +79,7 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
     model.logger.record("train/loss", mean_of(losses) if losses else np.nan)
 
 
-def _loops(model, compiled: CompiledAdamStep, batches: Batches, parameters: list) -> bool:
+def _loops(model, compiled: CompiledStep, batches: Batches, parameters: list) -> bool:
     """Whether the chunk's steps run as one compiled loop: more than one, as many as the model's
     ``gradient_steps`` (one loop length, one compilation), no layer frozen now or by a hook between them."""
     return 1 < batches.k == model.gradient_steps and compiled.can_loop() and all(p.requires_grad for p in parameters)
@@ -194,13 +194,13 @@ def _qrdqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], sha
     return weighted, loss.detach()
 
 
-def compiled_dqn_step(model, compile: bool = True) -> CompiledAdamStep | str:
+def compiled_dqn_step(model, compile: bool = True) -> CompiledStep | str:
     """DQN's gradient step compiled whole (:mod:`rlaccel_plugins.fused.compiled_step`), or why it cannot be."""
     return _compiled_value_step(model, model.q_net, model.q_net_target, flat.q_network_spec, _dqn_compiled_loss, (),
                                 "Q-network", compile)
 
 
-def compiled_qrdqn_step(model, compile: bool = True) -> CompiledAdamStep | str:
+def compiled_qrdqn_step(model, compile: bool = True) -> CompiledStep | str:
     """QR-DQN's gradient step compiled whole (the DQN loop with sb3-contrib's quantile loss), or why not."""
     shape = (model.n_quantiles, int(model.action_space.n))
     return _compiled_value_step(model, model.quantile_net, model.quantile_net_target, flat.quantile_network_spec,
@@ -208,7 +208,7 @@ def compiled_qrdqn_step(model, compile: bool = True) -> CompiledAdamStep | str:
 
 
 def _compiled_value_step(model, network, target_network, spec_of: Callable, loss_of: Callable, constants: tuple,
-                         name: str, compile: bool) -> CompiledAdamStep | str:
+                         name: str, compile: bool) -> CompiledStep | str:
     """A value-based algorithm's compiled step: ``loss_of(params, kinds, *constants, target_params, *inputs)``
     on the MLP ``network`` (:func:`~rlaccel_sb3.flat_actor_critic.q_network_spec`'s kind), or why it cannot be."""
     optimizer = model.policy.optimizer
@@ -227,7 +227,7 @@ def _compiled_value_step(model, network, target_network, spec_of: Callable, loss
     reason = ineligible(optimizer, guard)
     if reason is not None:
         return reason
-    return CompiledAdamStep(loss_of, params, optimizer, static=(kinds, *constants, [p.detach() for p in target[1]]),
+    return CompiledStep(loss_of, params, optimizer, static=(kinds, *constants, [p.detach() for p in target[1]]),
                             max_grad_norm=model.max_grad_norm, guard=guard, compile=compile)
 
 

@@ -1,6 +1,6 @@
-"""``training.compiled_updates`` for PPO: a ``train()`` call's minibatch steps (every epoch's) — ``evaluate_actions``,
-the clipped loss, SB3's gradient clipping and Adam — as one compiled loop, against SB3's ``PPO.train`` on the
-same rollout.
+"""``training.compiled_updates`` for the on-policy algorithms, against SB3's ``train()`` on the same rollout:
+PPO's minibatch steps of a ``train()`` call (every epoch's) — ``evaluate_actions``, the clipped loss, SB3's
+gradient clipping and Adam — as one compiled loop; A2C's one step on the rollout with RMSprop (or Adam).
 
 As for DQN: run without the compiler, the step function is SB3's ``train()`` bit for bit (Categorical and
 diagonal Gaussian actions, the clipped value loss, advantage normalisation); compiled, it rounds
@@ -17,7 +17,7 @@ import torch
 
 from rlaccel_plugins.fused import differences
 
-pytestmark = [pytest.mark.needs("stable_baselines3"), pytest.mark.xdist_group("compiled_ppo")]
+pytestmark = [pytest.mark.needs("stable_baselines3"), pytest.mark.xdist_group("compiled_on_policy")]
 
 CALLS = 3  # train() calls on one rollout, each one loop of 4 epochs x 4 minibatches
 DRIFT = 20.0
@@ -126,3 +126,73 @@ def test_a_one_line_change_to_the_loss_strays_beyond_the_tolerance(runs, monkeyp
     model = _collected()
     changed = _run(model, fused_train_for(model, compiled=True))
     assert _gap(runs["stock"], changed) > DRIFT * max(_gap(runs["stock"], runs["single-kernel adam"]), 1e-7)
+
+
+# ---------------------------------------------------------------------------------------------------- A2C
+A2C_CALLS = 40  # train() calls on one rollout of 8 steps x 1 env: one step each
+
+
+def _a2c_collected(env: str = "CartPole-v1", **kwargs):
+    from stable_baselines3 import A2C
+
+    model = A2C("MlpPolicy", env, seed=3, n_steps=8, ent_coef=0.01, policy_kwargs=dict(net_arch=[32]), **kwargs)
+    _, callback = model._setup_learn(total_timesteps=10**6, callback=None)
+    callback.on_training_start(locals(), globals())
+    model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
+    return model
+
+
+def _a2c_run(model, train) -> dict:
+    np.random.seed(11)
+    logged = []
+    for _ in range(A2C_CALLS):
+        train()
+        logged.append({k: v for k, v in model.logger.name_to_value.items() if k.startswith("train/")})
+    optimizer = model.policy.optimizer
+    return {"parameters": torch.cat([p.detach().flatten() for p in model.policy.parameters()]),
+            "state": [float(v.abs().sum()) if torch.is_tensor(v) else v for s in optimizer.state.values()
+                      for v in s.values()], "logged": logged, "n_updates": model._n_updates,
+            "rng": np.random.get_state()[1].copy()}
+
+
+@pytest.mark.parametrize(("env", "kwargs"), [
+    ("CartPole-v1", {}),                                          # RMSprop, SB3's default
+    ("Pendulum-v1", dict(normalize_advantage=True)),              # Gaussian, log_std, normalised advantages
+    ("CartPole-v1", dict(use_rms_prop=False)),                    # Adam
+])
+def test_a2c_run_without_the_compiler_is_sb3s_train_bit_for_bit(monkeypatch, env, kwargs):
+    from rlaccel_sb3.fused import fused_train_for
+
+    _uncompiled(monkeypatch)
+    stock, ours = _a2c_collected(env, **kwargs), _a2c_collected(env, **kwargs)
+    train = fused_train_for(ours, compiled=True)
+    assert differences(_a2c_run(stock, stock.train), _a2c_run(ours, train)) == []
+    assert train.graphs.compiled_step is not None
+
+
+def test_the_compiled_a2c_step_agrees_with_sb3_and_a_changed_loss_strays(monkeypatch):
+    """RMSprop has no single-kernel implementation to derive the tolerance from: the compiled run may stray
+    from SB3's no further than ``DRIFT`` times float32's resolution relative to the weights, and a 10%
+    change of the value coefficient strays beyond it."""
+    from rlaccel_sb3.fused import fused_train_for, on_policy
+
+    stock, ours = _a2c_collected(), _a2c_collected()
+    expected = _a2c_run(stock, stock.train)
+    compiled = fused_train_for(ours, compiled=True)
+    actual = _a2c_run(ours, compiled)
+    assert compiled.graphs.compiled_step is not None and compiled.graphs.compiled_step.failed is None
+    bound = DRIFT * float(torch.finfo(torch.float32).eps) * A2C_CALLS
+    assert differences(expected["parameters"], actual["parameters"])  # it compiled: not bit for bit
+    assert _gap(expected, actual) <= bound
+    assert actual["n_updates"] == expected["n_updates"] and np.array_equal(actual["rng"], expected["rng"])
+
+    _uncompiled(monkeypatch)
+    loss_of = on_policy._a2c_compiled_loss
+
+    def value_coefficient_off(params, spec, constants, *inputs):
+        normalize, ent_coef, vf_coef = constants
+        return loss_of(params, spec, (normalize, ent_coef, vf_coef * 0.9), *inputs)
+
+    monkeypatch.setattr(on_policy, "_a2c_compiled_loss", value_coefficient_off)
+    changed = _a2c_collected()
+    assert _gap(expected, _a2c_run(changed, fused_train_for(changed, compiled=True))) > bound
