@@ -72,3 +72,15 @@ def _threads(count: int):
     from rlaccel_plugins.loader import load_config
 
     return load_config(num_threads=count)
+
+
+def test_on_policy_calls_count_their_minibatch_steps_and_only_checked_families_compile():
+    from rlaccel_sb3.fused import compiled_pays, planned_gradient_steps
+    from stable_baselines3 import A2C, PPO
+
+    ppo = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=5)  # 10 steps per rollout
+    assert planned_gradient_steps(ppo, 12_800) == 2_000 and compiled_pays(ppo, 12_800)
+    assert planned_gradient_steps(ppo, 12_799) == 2_000  # SB3 collects a last rollout past the total
+    assert not compiled_pays(ppo, 12_800 - 64)
+    a2c = A2C("MlpPolicy", "CartPole-v1")  # a compiled step, but no learning check yet: eager under auto
+    assert planned_gradient_steps(a2c, 100_000) == 20_000 and not compiled_pays(a2c, 100_000)

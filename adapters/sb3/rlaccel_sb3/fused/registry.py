@@ -68,9 +68,10 @@ class FusedAlgorithm:
 
 # compiled_updates: auto compiles a learn() call planning at least this many gradient steps: where loading the
 # saved compiled step (about 2.5 s on a 2-core CPU) is paid back by what each compiled step saves against the
-# eager fused one (DQN: 0.44 ms a step called alone, 0.8 ms in a loop; SAC: 2.8 ms). Numbers: the Compiled
-# updates section of docs/fused.md.
-DQN_BREAK_EVEN, SAC_BREAK_EVEN = 5_000, 1_000
+# eager fused one (DQN: 0.44 ms a step called alone, 0.8 ms in a loop; SAC: 2.8 ms; PPO: 1.5 ms a minibatch
+# step in its loop). Numbers: the Compiled updates section of docs/fused.md. An algorithm gets one only after
+# its learning check (docs/fused.md: Learning check and default).
+DQN_BREAK_EVEN, SAC_BREAK_EVEN, PPO_BREAK_EVEN = 5_000, 1_000, 2_000
 
 ALGORITHMS = (
     FusedAlgorithm("DQN", SB3, "value_based", "value_based:dqn_train",
@@ -92,7 +93,7 @@ ALGORITHMS = (
                     *_REPLAY), compiled="compiled_td3:CompiledTD3Step.build", runs_for=("DDPG",)),
     FusedAlgorithm("PPO", SB3, "on_policy", "on_policy:ppo_train",
                    (f"{SB3}.ppo.ppo:PPO.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE),
-                   compiled="on_policy:compiled_ppo_step"),
+                   compiled="on_policy:compiled_ppo_step", break_even=PPO_BREAK_EVEN),
     FusedAlgorithm("A2C", SB3, "on_policy", "on_policy:a2c_train",
                    (f"{SB3}.a2c.a2c:A2C.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE),
                    compiled="on_policy:compiled_a2c_step"),
