@@ -20,32 +20,34 @@ from rlaccel_plugins.fused import differences
 pytestmark = [pytest.mark.needs("stable_baselines3"), pytest.mark.xdist_group("compiled_on_policy")]
 
 CALLS = 3  # train() calls on one rollout, each one loop of 4 epochs x 4 minibatches
+A2C_CALLS = 40  # train() calls on one rollout of 8 steps x 1 env: one step each
 DRIFT = 20.0
-SETTINGS = dict(n_steps=256, batch_size=64, n_epochs=4, ent_coef=0.01)
+SETTINGS = {"PPO": dict(n_steps=256, batch_size=64, n_epochs=4, ent_coef=0.01), "A2C": dict(n_steps=8, ent_coef=0.01)}
 
 
-def _collected(env: str = "CartPole-v1", **kwargs):
-    """A PPO model with one rollout collected by SB3's own loop (the same rollout for the same arguments)."""
-    from stable_baselines3 import PPO
+def _collected(env: str = "CartPole-v1", algo: str = "PPO", **kwargs):
+    """A model with one rollout collected by SB3's own loop (the same rollout for the same arguments)."""
+    import stable_baselines3
 
     # one hidden layer of 32: the smallest graph that has every op, for the compilation CI pays
-    model = PPO("MlpPolicy", env, seed=3, policy_kwargs=dict(net_arch=[32]), **{**SETTINGS, **kwargs})
+    model = getattr(stable_baselines3, algo)("MlpPolicy", env, seed=3, policy_kwargs=dict(net_arch=[32]),
+                                             **{**SETTINGS[algo], **kwargs})
     _, callback = model._setup_learn(total_timesteps=10**6, callback=None)
     callback.on_training_start(locals(), globals())
     model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
     return model
 
 
-def _run(model, train) -> dict:
+def _run(model, train, calls: int = CALLS) -> dict:
     np.random.seed(11)
     logged = []
-    for _ in range(CALLS):
+    for _ in range(calls):
         train()
         logged.append({k: v for k, v in model.logger.name_to_value.items() if k.startswith("train/")})
-    optimizer = model.policy.optimizer
+    state = model.policy.optimizer.state.values()
     return {"parameters": torch.cat([p.detach().flatten() for p in model.policy.parameters()]),
-            "exp_avg_sq": torch.cat([s["exp_avg_sq"].flatten() for s in optimizer.state.values()]),
-            "steps": [float(s["step"]) for s in optimizer.state.values()], "logged": logged,
+            "state": [v.clone() for s in state for k, v in s.items() if k != "step"],
+            "steps": [float(s["step"]) for s in state], "logged": logged,
             "n_updates": model._n_updates, "rng": np.random.get_state()[1].copy()}
 
 
@@ -129,32 +131,6 @@ def test_a_one_line_change_to_the_loss_strays_beyond_the_tolerance(runs, monkeyp
 
 
 # ---------------------------------------------------------------------------------------------------- A2C
-A2C_CALLS = 40  # train() calls on one rollout of 8 steps x 1 env: one step each
-
-
-def _a2c_collected(env: str = "CartPole-v1", **kwargs):
-    from stable_baselines3 import A2C
-
-    model = A2C("MlpPolicy", env, seed=3, n_steps=8, ent_coef=0.01, policy_kwargs=dict(net_arch=[32]), **kwargs)
-    _, callback = model._setup_learn(total_timesteps=10**6, callback=None)
-    callback.on_training_start(locals(), globals())
-    model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=model.n_steps)
-    return model
-
-
-def _a2c_run(model, train) -> dict:
-    np.random.seed(11)
-    logged = []
-    for _ in range(A2C_CALLS):
-        train()
-        logged.append({k: v for k, v in model.logger.name_to_value.items() if k.startswith("train/")})
-    optimizer = model.policy.optimizer
-    return {"parameters": torch.cat([p.detach().flatten() for p in model.policy.parameters()]),
-            "state": [float(v.abs().sum()) if torch.is_tensor(v) else v for s in optimizer.state.values()
-                      for v in s.values()], "logged": logged, "n_updates": model._n_updates,
-            "rng": np.random.get_state()[1].copy()}
-
-
 @pytest.mark.parametrize(("env", "kwargs"), [
     ("CartPole-v1", {}),                                          # RMSprop, SB3's default
     ("Pendulum-v1", dict(normalize_advantage=True)),              # Gaussian, log_std, normalised advantages
@@ -164,9 +140,9 @@ def test_a2c_run_without_the_compiler_is_sb3s_train_bit_for_bit(monkeypatch, env
     from rlaccel_sb3.fused import fused_train_for
 
     _uncompiled(monkeypatch)
-    stock, ours = _a2c_collected(env, **kwargs), _a2c_collected(env, **kwargs)
+    stock, ours = _collected(env, "A2C", **kwargs), _collected(env, "A2C", **kwargs)
     train = fused_train_for(ours, compiled=True)
-    assert differences(_a2c_run(stock, stock.train), _a2c_run(ours, train)) == []
+    assert differences(_run(stock, stock.train, A2C_CALLS), _run(ours, train, A2C_CALLS)) == []
     assert train.graphs.compiled_step is not None
 
 
@@ -176,10 +152,10 @@ def test_the_compiled_a2c_step_agrees_with_sb3_and_a_changed_loss_strays(monkeyp
     change of the value coefficient strays beyond it."""
     from rlaccel_sb3.fused import fused_train_for, on_policy
 
-    stock, ours = _a2c_collected(), _a2c_collected()
-    expected = _a2c_run(stock, stock.train)
+    stock, ours = _collected(algo="A2C"), _collected(algo="A2C")
+    expected = _run(stock, stock.train, A2C_CALLS)
     compiled = fused_train_for(ours, compiled=True)
-    actual = _a2c_run(ours, compiled)
+    actual = _run(ours, compiled, A2C_CALLS)
     assert compiled.graphs.compiled_step is not None and compiled.graphs.compiled_step.failed is None
     bound = DRIFT * float(torch.finfo(torch.float32).eps) * A2C_CALLS
     assert differences(expected["parameters"], actual["parameters"])  # it compiled: not bit for bit
@@ -194,5 +170,5 @@ def test_the_compiled_a2c_step_agrees_with_sb3_and_a_changed_loss_strays(monkeyp
         return loss_of(params, spec, (normalize, ent_coef, vf_coef * 0.9), *inputs)
 
     monkeypatch.setattr(on_policy, "_a2c_compiled_loss", value_coefficient_off)
-    changed = _a2c_collected()
-    assert _gap(expected, _a2c_run(changed, fused_train_for(changed, compiled=True))) > bound
+    changed = _collected(algo="A2C")
+    assert _gap(expected, _run(changed, fused_train_for(changed, compiled=True), A2C_CALLS)) > bound
