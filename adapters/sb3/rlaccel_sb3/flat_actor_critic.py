@@ -253,7 +253,7 @@ def lean_policy_forward_for(model) -> Callable[..., tuple[torch.Tensor, torch.Te
         return actions, distribution.log_prob(actions)
 
     def gaussian(mean: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        std = _gaussian_std(policy, mean)
+        std = _gaussian_std(mean, policy.log_std)
         if deterministic:
             actions = mean
         else:
@@ -320,15 +320,15 @@ def gaussian_log_prob_entropy(mean: torch.Tensor, log_std: torch.Tensor,
                               actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """SB3's ``DiagGaussianDistribution``: ``Normal.log_prob`` and ``Normal.entropy`` summed over the action
     dims, log-probability first (the order autograd sums the standard deviation's gradients in)."""
-    std = torch.ones_like(mean) * log_std.exp()
+    std = _gaussian_std(mean, log_std)
     log_prob = gaussian_log_prob(actions, mean, std)
     entropy = 0.5 + 0.5 * math.log(2 * math.pi) + torch.log(std)  # Normal.entropy
     return log_prob, sum_independent_dims(entropy)
 
 
-def _gaussian_std(policy, mean: torch.Tensor) -> torch.Tensor:
+def _gaussian_std(mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
     """SB3's ``DiagGaussianDistribution.proba_distribution`` standard deviation."""
-    return torch.ones_like(mean) * policy.log_std.exp()
+    return torch.ones_like(mean) * log_std.exp()
 
 
 def _flat_actor_critic(model) -> tuple[Callable, Callable, bool] | None:
