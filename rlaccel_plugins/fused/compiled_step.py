@@ -447,6 +447,93 @@ def adam_scan_(loss_of: Callable, operand: tuple, static: tuple, xs: tuple, hype
     return logged
 
 
+def adam_state_step(grads: Sequence[torch.Tensor], state: list) -> list:
+    """In a step function run by :func:`run_steps_`: one Adam step of an operand's state (the framework's
+    clip, the guard's check, Adam's formulas), as a new state. ``state``: ``[params, exp_avgs, exp_avg_sqs,
+    table, taken, counts, hyper]``; the step's scalars are row ``taken`` of ``table`` (a tensor index: no
+    host read), so a step the guard skips shifts nothing."""
+    params, exp_avgs, exp_avg_sqs, table, taken, counts, hyper = state
+    with torch.no_grad():
+        scalars = torch.index_select(table, 0, taken.reshape(1))[0]
+        new_p, new_m, new_v, ok, counted = _adam_arithmetic(grads, params, exp_avgs, exp_avg_sqs, scalars, hyper)
+    return [new_p, new_m, new_v, table, taken + ok.long(), counts + counted, hyper]
+
+
+def polyak(targets: Sequence[torch.Tensor], params: Sequence[torch.Tensor], tau: float) -> list[torch.Tensor]:
+    """SB3's ``polyak_update`` (``mul_``, then ``add_``) as new tensors."""
+    with torch.no_grad():
+        return [torch.add(t * (1 - tau), p, alpha=tau) for t, p in zip(targets, params)]
+
+
+def selected(flag: bool | torch.Tensor, new: Callable[[], list], old: list) -> list:
+    """``new()`` where ``flag``, else ``old``: a Python bool decides while tracing (one call's step), a bool
+    tensor per element (a step of a loop, whose every row runs the same code)."""
+    if isinstance(flag, bool):
+        return new() if flag else old
+    return [torch.where(flag, n, o) for n, o in zip(new(), old)]
+
+
+def run_steps_(body: Callable, operands: Sequence[tuple], hypers: Sequence[tuple], static: Any,
+               carried: Sequence[torch.Tensor], xs: tuple, loop: bool) -> Any:
+    """Gradient steps of several optimizers (an actor-critic's), written back in place: ``body(static, states,
+    carried, x) -> (states, carried, logged)`` takes one step (or a fixed group of steps) with
+    :func:`adam_state_step` on ``states`` (one per operand, see there) and returns the new ones, with the new
+    ``carried`` tensors (target networks) and what it logs. ``operands``: each operand's
+    :meth:`AdamOperand.scan_tensors` for the steps to come; ``hypers``: their ``hyper``.
+
+    ``loop=False``: ``body`` once on ``xs`` (a state it returns unchanged is not written back). ``loop=True``:
+    once per row of every tensor in ``xs``, as one loop in the graph (``torch._higher_order_ops.scan``) with
+    the weights, optimizer states and ``carried`` as its carry, written back once at the end; a Python loop
+    when not compiling (the eager fallback). Returns ``logged``, stacked over the rows where it loops."""
+    states = [[list(o[0]), list(o[1]), list(o[2]), o[4], torch.zeros((), dtype=torch.long), torch.zeros(3), h]
+              for o, h in zip(operands, hypers)]
+    if not loop:
+        new_states, new_carried, logged = body(static, states, list(carried), xs)
+    else:
+        sizes = [len(o[0]) for o in operands]
+
+        def flat(states_: list, carried_: Sequence[torch.Tensor]) -> tuple:
+            return (*[t for s in states_ for t in (*s[0], *s[1], *s[2], s[4], s[5])], *carried_)
+
+        def unflat(carry: Sequence[torch.Tensor]) -> tuple[list, list]:
+            out, pos = [], 0
+            for n, state in zip(sizes, states):
+                p, m, v = list(carry[pos:pos + n]), list(carry[pos + n:pos + 2 * n]), list(carry[pos + 2 * n:pos + 3 * n])
+                out.append([p, m, v, state[3], carry[pos + 3 * n], carry[pos + 3 * n + 1], state[6]])
+                pos += 3 * n + 2
+            return out, list(carry[pos:])
+
+        def one_step(carry, x):
+            states_, carried_ = unflat(carry)
+            new_states_, new_carried_, logged_ = body(static, states_, carried_, x)
+            # a loop's step may not return its carry itself (a target network this call never updates)
+            return tuple(t.clone() if any(t is c for c in carry) else t for t in flat(new_states_, new_carried_)), logged_
+
+        init = tuple(t.clone() for t in flat(states, carried))
+        if torch.compiler.is_compiling():
+            carry, logged = _scan(one_step, init, xs)
+        else:
+            carry, rows = init, []
+            for j in range(len(xs[0])):
+                carry, out = one_step(carry, tuple(x[j] for x in xs))
+                rows.append(out)
+            logged = tuple(torch.stack(column) for column in zip(*rows))
+        new_states, new_carried = unflat(carry)
+    with torch.no_grad():
+        for operand, old, new in zip(operands, states, new_states):
+            if new is old:
+                continue
+            for target, value in zip([*operand[0], *operand[1], *operand[2]], [*new[0], *new[1], *new[2]]):
+                target.copy_(value)
+            for s in operand[3]:
+                s.add_(new[4].float())
+            operand[5].add_(new[5])
+        for target, value in zip(carried, new_carried):
+            if value is not target:
+                target.copy_(value)
+    return logged
+
+
 # torch's scan, bound before a loop is compiled: looked up inside the traced function it would be an import
 # that the saved code's guards cannot hold
 _scan: Any = None

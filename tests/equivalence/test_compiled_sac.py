@@ -62,16 +62,32 @@ def runs() -> dict:
     from rlaccel_sb3.fused import fused_train_for
 
     base = _filled()
-    models = {name: copy.deepcopy(base) for name in ("stock", "single-kernel adam", "compiled")}
+    models = {name: copy.deepcopy(base) for name in ("stock", "single-kernel adam", "compiled", "compiled loop")}
+    models["compiled loop"].gradient_steps = STEPS
     return {"stock": _run(models["stock"], models["stock"].train),
             "single-kernel adam": _run(models["single-kernel adam"],
                                        fused_train_for(models["single-kernel adam"], fused_optimizer=True)),
             "compiled": _run(models["compiled"], _train(models["compiled"], compiled=True)),
+            "compiled loop": _run(models["compiled loop"], _train(models["compiled loop"], compiled=True)),
             "base": base}
 
 
-def test_the_compiled_sac_step_agrees_with_sb3_within_the_derived_tolerance(runs):
-    stock, compiled, reference = runs["stock"], runs["compiled"], runs["single-kernel adam"]
+def _counting_loops(monkeypatch, cls) -> list:
+    """Every call of ``cls.steps`` (a compiled loop), counted."""
+    calls: list = []
+    original = cls.steps
+
+    def steps(self, *args, **kwargs):
+        calls.append(len(args[1]))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "steps", steps)
+    return calls
+
+
+@pytest.mark.parametrize("variant", ["compiled", "compiled loop"])
+def test_the_compiled_sac_step_agrees_with_sb3_within_the_derived_tolerance(runs, variant):
+    stock, compiled, reference = runs["stock"], runs[variant], runs["single-kernel adam"]
     assert differences(stock["parameters"], compiled["parameters"])  # it compiled: not bit for bit
     assert _gap(stock, compiled) <= DRIFT * max(_gap(stock, reference), 1e-7)
     assert compiled["n_updates"] == stock["n_updates"] and compiled["steps"] == stock["steps"]
@@ -79,15 +95,23 @@ def test_the_compiled_sac_step_agrees_with_sb3_within_the_derived_tolerance(runs
     assert differences(stock["logged"], compiled["logged"], rtol=1e-3, atol=1e-6) == []
 
 
-@pytest.mark.parametrize("kwargs", [{}, dict(ent_coef=0.1), dict(target_update_interval=2)],
-                         ids=["auto entropy", "fixed entropy", "target every 2 steps"])
-def test_the_sac_step_run_eagerly_is_sb3s_bit_for_bit(kwargs, monkeypatch):
+@pytest.mark.parametrize("loop", [False, True], ids=["one call per step", "one loop per train()"])
+@pytest.mark.parametrize("kwargs", [{}, dict(ent_coef=0.1), dict(target_update_interval=2),
+                                    dict(target_update_interval=16)],
+                         ids=["auto entropy", "fixed entropy", "target every 2 steps", "target every 16 steps"])
+def test_the_sac_step_run_eagerly_is_sb3s_bit_for_bit(kwargs, loop, monkeypatch):
+    from rlaccel_sb3.fused.compiled_sac import CompiledSACStep
+
     from rlaccel_plugins.fused import compiled_step
 
     monkeypatch.setattr(compiled_step, "_compiled", lambda function: function)
+    loops = _counting_loops(monkeypatch, CompiledSACStep)
     base = _filled(**kwargs)
     stock, ours = copy.deepcopy(base), copy.deepcopy(base)
+    if loop:
+        stock.gradient_steps = ours.gradient_steps = STEPS
     assert differences(_run(stock, stock.train), _run(ours, _train(ours, compiled=True))) == []
+    assert loops == ([STEPS] * CALLS if loop else [])
 
 
 def test_a_one_line_change_to_the_actor_loss_strays_beyond_the_tolerance(runs, monkeypatch):

@@ -62,16 +62,19 @@ def _train(model, **kwargs):
 def runs() -> dict:
     """One compiled graph: every step an actor step (``policy_delay=1``), so CI compiles once."""
     base = _filled(policy_delay=1)
-    models = {name: copy.deepcopy(base) for name in ("stock", "single-kernel adam", "compiled")}
+    models = {name: copy.deepcopy(base) for name in ("stock", "single-kernel adam", "compiled", "compiled loop")}
+    models["compiled loop"].gradient_steps = STEPS
     return {"stock": _run(models["stock"], models["stock"].train),
             "single-kernel adam": _run(models["single-kernel adam"], _train(models["single-kernel adam"],
                                                                             fused_optimizer=True)),
             "compiled": _run(models["compiled"], _train(models["compiled"], compiled=True)),
+            "compiled loop": _run(models["compiled loop"], _train(models["compiled loop"], compiled=True)),
             "base": base}
 
 
-def test_the_compiled_td3_step_agrees_with_sb3_within_the_derived_tolerance(runs):
-    stock, compiled, reference = runs["stock"], runs["compiled"], runs["single-kernel adam"]
+@pytest.mark.parametrize("variant", ["compiled", "compiled loop"])
+def test_the_compiled_td3_step_agrees_with_sb3_within_the_derived_tolerance(runs, variant):
+    stock, compiled, reference = runs["stock"], runs[variant], runs["single-kernel adam"]
     assert differences(stock["parameters"], compiled["parameters"])  # it compiled: not bit for bit
     assert _gap(stock, compiled) <= DRIFT * max(_gap(stock, reference), 1e-7)
     assert compiled["n_updates"] == stock["n_updates"] and compiled["steps"] == stock["steps"]
@@ -79,20 +82,44 @@ def test_the_compiled_td3_step_agrees_with_sb3_within_the_derived_tolerance(runs
     assert differences(stock["logged"], compiled["logged"], rtol=1e-3, atol=1e-6) == []
 
 
-@pytest.mark.parametrize(("algo", "kwargs"), [("TD3", {}), ("TD3", dict(policy_delay=3)), ("DDPG", {})],
-                         ids=["TD3", "actor every 3 steps", "DDPG"])
-def test_the_td3_step_run_eagerly_is_sb3s_bit_for_bit(algo, kwargs, monkeypatch):
+@pytest.mark.parametrize("loop", [False, True], ids=["one call per step", "one loop per train()"])
+@pytest.mark.parametrize(("algo", "kwargs"), [("TD3", {}), ("TD3", dict(policy_delay=3)), ("TD3", dict(policy_delay=4)),
+                                              ("DDPG", {})],
+                         ids=["TD3", "actor every 3 steps", "actor every 4 steps", "DDPG"])
+def test_the_td3_step_run_eagerly_is_sb3s_bit_for_bit(algo, kwargs, loop, monkeypatch):
+    """With ``loop``, the model's ``gradient_steps`` is each call's: one loop per call where the call is
+    a whole number of actor periods (8 steps: ``policy_delay`` 1, 2, 4), one call per step otherwise (3)."""
+    from rlaccel_sb3.fused.compiled_td3 import CompiledTD3Step
+
     from rlaccel_plugins.fused import compiled_step
 
     monkeypatch.setattr(compiled_step, "_compiled", lambda function: function)
+    loops = _counting_loops(monkeypatch, CompiledTD3Step)
     base = _filled(algo, **kwargs)
     stock, ours = copy.deepcopy(base), copy.deepcopy(base)
+    if loop:
+        stock.gradient_steps = ours.gradient_steps = STEPS
     train = _train(ours, compiled=True)
     assert differences(_run(stock, stock.train), _run(ours, train)) == []
     assert train.graphs.compiled_step is not None  # the compiled step's function ran
+    assert loops == ([STEPS] * CALLS if loop and STEPS % ours.policy_delay == 0 else [])
 
 
-def test_the_importance_weighted_step_is_the_eager_fused_ones_bit_for_bit(monkeypatch):
+def _counting_loops(monkeypatch, cls) -> list:
+    """Every call of ``cls.steps`` (a compiled loop), counted."""
+    calls: list = []
+    original = cls.steps
+
+    def steps(self, *args, **kwargs):
+        calls.append(len(args[1]))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "steps", steps)
+    return calls
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["one call per step", "one loop per train()"])
+def test_the_importance_weighted_step_is_the_eager_fused_ones_bit_for_bit(loop, monkeypatch):
     """The tiered buffer's importance weights reach the critics' loss: the compiled step's function
     (uncompiled) against the eager fused step, which applies them as SB3's weight hook does."""
     from rlaccel_sb3 import TieredReplayBuffer
@@ -103,6 +130,8 @@ def test_the_importance_weighted_step_is_the_eager_fused_ones_bit_for_bit(monkey
     base = _filled(replay_buffer_class=TieredReplayBuffer,
                    replay_buffer_kwargs=dict(level_capacity=[200, 1800], sampling_ratio=[0.6, 0.4], importance_beta=0.5))
     eager, ours = copy.deepcopy(base), copy.deepcopy(base)
+    if loop:
+        eager.gradient_steps = ours.gradient_steps = STEPS
     train = _train(ours, compiled=True)
     assert differences(_run(eager, _train(eager)), _run(ours, train)) == []
     assert train.graphs.compiled_step is not None

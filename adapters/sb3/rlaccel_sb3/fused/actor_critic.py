@@ -82,6 +82,12 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
         compiled = compiled_of() if compiled_of is not None else None
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches, i in _each_step(model, gradient_steps, batch_size):
+                if i == 0 and compiled is not None and _loops(model, compiled, batches, parameters):
+                    critic, actor_steps = compiled.steps(*_stacked_inputs(model, batches))
+                    model._n_updates += batches.k
+                    critic_losses.extend(critic.unbind())
+                    actor_losses.extend(actor_steps.unbind())
+                    break
                 model._n_updates += 1
                 update_actor = model._n_updates % model.policy_delay == 0
                 inputs = _actor_critic_inputs(model, batches, i)
@@ -107,6 +113,21 @@ def _each_step(model, gradient_steps: int, batch_size: int):
     for batches in iter_batches(model, gradient_steps, batch_size):
         for i in range(batches.k):
             yield batches, i
+
+
+def _loops(model, compiled, batches: Batches, parameters: list) -> bool:
+    """Whether the chunk's steps run as one compiled loop: more than one, as many as the model's
+    ``gradient_steps`` (one loop length, one compilation), no layer frozen now or by a hook between them."""
+    can_loop = compiled.can_loop(batches.k) if isinstance(compiled, CompiledTD3Step) else compiled.can_loop()
+    return 1 < batches.k == model.gradient_steps and can_loop and all(p.requires_grad for p in parameters)
+
+
+def _stacked_inputs(model, batches: Batches) -> tuple:
+    """:func:`_actor_critic_inputs` for every step of the chunk: row ``j`` of each is step ``j``'s."""
+    discounts = batches.discounts if batches.discounts is not None else torch.full((batches.k,), float(model.gamma))
+    inputs = (batches.observations, batches.actions, batches.next_observations, batches.rewards, batches.dones,
+              discounts)
+    return inputs + (batches.weights,) if batches.weights is not None else inputs
 
 
 def _actor_critic_inputs(model, batches: Batches, i: int) -> tuple:
@@ -181,6 +202,13 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
         compiled = compiled_of() if compiled_of is not None else None
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for gradient_step, (batches, i) in enumerate(_each_step(model, gradient_steps, batch_size)):
+                if i == 0 and compiled is not None and _loops(model, compiled, batches, parameters):
+                    logged = compiled.steps(*_stacked_inputs(model, batches),
+                                            update_target=torch.arange(batches.k) % model.target_update_interval == 0)
+                    for values, rows in zip((ent_coef_losses, ent_coefs, critic_losses, actor_losses)[-len(logged):],
+                                            logged):
+                        values.extend(rows.unbind())
+                    break
                 update_target = gradient_step % model.target_update_interval == 0
                 inputs = _actor_critic_inputs(model, batches, i)
                 if compiled is not None and all(p.requires_grad for p in parameters):  # not a dense step

@@ -16,13 +16,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rlaccel_plugins.fused.compiled_step import AdamOperand, CompiledCall, adam_update_, guard_of, ineligible
+from rlaccel_plugins.fused.compiled_step import (
+    AdamOperand,
+    CompiledCall,
+    adam_state_step,
+    guard_of,
+    ineligible,
+    polyak,
+    run_steps_,
+    selected,
+)
 from rlaccel_plugins.fused.flat import apply_layers
 from rlaccel_sb3 import flat_actor_critic as flat
 
 
 class CompiledSACStep:
-    """One SAC gradient step per call, compiled; ``build`` returns it or why it cannot be made."""
+    """SAC's gradient steps compiled: one per call, or a ``train()`` call's steps as one loop
+    (:meth:`steps`); ``build`` returns it or why it cannot be made."""
 
     def __init__(self, model, actor_spec, critic_spec, target_spec, compile: bool = True) -> None:
         self.model = model
@@ -35,7 +45,7 @@ class CompiledSACStep:
         tuned = model.ent_coef_optimizer is not None and model.log_ent_coef is not None
         self.ent = AdamOperand(model.ent_coef_optimizer, [model.log_ent_coef],
                                guard=guard_of(model.ent_coef_optimizer)) if tuned else None
-        self.call = CompiledCall(_sac_step, compile)
+        self.call = CompiledCall(run_steps_, compile)
 
     @classmethod
     def build(cls, model, compile: bool = True) -> CompiledSACStep | str:
@@ -64,26 +74,52 @@ class CompiledSACStep:
     def operands(self) -> list[AdamOperand]:
         return [o for o in (self.ent, self.critic, self.actor) if o is not None]
 
+    def can_loop(self) -> bool:
+        """Whether :meth:`steps` may run (the optimizers' post-hooks can wait until the loop's end)."""
+        return all(o.hooks_can_wait() for o in self.operands)
+
     def __call__(self, observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
                  update_target: bool) -> tuple[torch.Tensor, ...]:
         """The step's logged values: (entropy coefficient loss if tuned,) entropy coefficient, critic loss,
         actor loss."""
-        model = self.model
         shape = (len(actions), actions.shape[1])
         noise = (torch.empty(shape, dtype=torch.float32).normal_(),  # SB3's two draws, in its order
                  torch.empty(shape, dtype=torch.float32).normal_())
         if not torch.is_tensor(discounts):
             discounts = torch.tensor(float(discounts))
-        inputs = (observations, actions, next_observations, rewards, dones, discounts, *noise,
-                  weights if weights is not None else torch.ones(()))
-        fixed = None if self.ent is not None else model.ent_coef_tensor.detach().reshape(())
-        constants = (float(model.tau), float(model.target_entropy) if self.ent is not None else 0.0,
-                     update_target, weights is not None)
-        outputs = self.call(self.static, self.ent.tensors() if self.ent is not None else None,
-                            self.ent.hyper if self.ent is not None else None, self.critic.tensors(), self.critic.hyper,
-                            self.actor.tensors(), self.actor.hyper, self.targets, fixed, inputs, constants)
-        for operand in self.operands:
-            operand.stepped()
+        x = (observations, actions, next_observations, rewards, dones, discounts, *noise,
+             weights if weights is not None else torch.ones(()))
+        return self._run(x, weights is not None, update_target, steps=1, loop=False)
+
+    def steps(self, observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
+              update_target: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``len(actions)`` steps as one compiled loop: row ``j`` of each input (and of ``update_target``, a
+        bool per step) is step ``j``'s. Returns :meth:`__call__`'s values, one row per step. Only where
+        :meth:`can_loop`."""
+        k, shape = len(actions), (actions.shape[1], actions.shape[2])
+        noise = torch.empty((k, 2, *shape), dtype=torch.float32)
+        for j in range(k):  # SB3's two draws per step, in its order and shapes
+            noise[j, 0].normal_()
+            noise[j, 1].normal_()
+        x = (observations, actions, next_observations, rewards, dones, discounts, noise[:, 0], noise[:, 1],
+             weights if weights is not None else torch.ones((k,)))
+        if bool(update_target.all()) or not bool(update_target.any()):  # the same every step: no select per step
+            return self._run(x, weights is not None, bool(update_target[0]), steps=k, loop=True)
+        return self._run((*x, update_target), weights is not None, None, steps=k, loop=True)
+
+    def _run(self, x: tuple, weighted: bool, update_target: bool | None, steps: int,
+             loop: bool) -> tuple[torch.Tensor, ...]:
+        """``update_target``: whether the step(s) update the target critics; None: ``x``'s last rows say."""
+        model = self.model
+        tuned = self.ent is not None
+        fixed = None if tuned else model.ent_coef_tensor.detach().reshape(())
+        static = (*self.static, tuned, float(model.tau), float(model.target_entropy) if tuned else 0.0, weighted,
+                  fixed, update_target)
+        operands = self.operands
+        outputs = self.call(_sac_body, [o.scan_tensors(steps) for o in operands], [o.hyper for o in operands],
+                            static, self.targets, x, loop)
+        for operand in operands:
+            operand.stepped(steps)
         return outputs
 
     def flush(self) -> None:
@@ -104,25 +140,27 @@ def _critics(kinds, params, n_critics, observations, actions):
     return [apply_layers(kinds, params[i * per:(i + 1) * per], q_input) for i in range(n_critics)]
 
 
-def _sac_step(static, ent, ent_hyper, critic, critic_hyper, actor, actor_hyper, targets, fixed_ent_coef, inputs,
-              constants):
-    latent_kinds, kinds, n_critics, epsilon = static
-    observations, actions, next_observations, rewards, dones, discounts, noise, next_noise, weights = inputs
-    tau, target_entropy, update_target, weighted = constants
+def _sac_body(static, states, targets, x):
+    """One SAC step for :func:`~rlaccel_plugins.fused.compiled_step.run_steps_` (states: the entropy
+    coefficient's if tuned, the critics', the actor's)."""
+    latent_kinds, kinds, n_critics, epsilon, tuned, tau, target_entropy, weighted, fixed_ent_coef, update_target = static
+    observations, actions, next_observations, rewards, dones, discounts, noise, next_noise, weights = x[:9]
+    if update_target is None:  # per step, in a loop
+        update_target = x[9]
+    ent, critic, actor = states if tuned else (None, *states)
     with torch.no_grad():
         _, log_prob = _actor_sample(latent_kinds, actor[0], observations, noise, epsilon)
         log_prob = log_prob.reshape(-1, 1)
     outputs = []
     if ent is not None:
-        log_ent_coef = ent[0][0]
-        ent_coef = torch.exp(log_ent_coef).detach()  # before its step, as SB3 reads it
+        ent_coef = torch.exp(ent[0][0]).detach()  # before its step, as SB3 reads it
 
         def ent_coef_loss_of(params):
             loss = -(params[0] * (log_prob + target_entropy)).mean()
             return loss, loss.detach()
 
         grads, ent_coef_loss = torch.func.grad(ent_coef_loss_of, has_aux=True)(ent[0])
-        adam_update_(grads, ent, ent_hyper)
+        ent = adam_state_step(grads, ent)
         outputs.append(ent_coef_loss)
     else:
         ent_coef = fixed_ent_coef
@@ -143,7 +181,7 @@ def _sac_step(static, ent, ent_hyper, critic, critic_hyper, actor, actor_hyper, 
         return 0.5 * sum((w * (q - target) ** 2).mean() for q in current), loss.detach()
 
     grads, critic_loss = torch.func.grad(critic_loss_of, has_aux=True)(critic[0])
-    adam_update_(grads, critic, critic_hyper)
+    critic = adam_state_step(grads, critic)
     updated_critic = [p.detach() for p in critic[0]]
 
     def actor_loss_of(params):
@@ -154,9 +192,7 @@ def _sac_step(static, ent, ent_hyper, critic, critic_hyper, actor, actor_hyper, 
         return loss, loss.detach()
 
     grads, actor_loss = torch.func.grad(actor_loss_of, has_aux=True)(actor[0])
-    adam_update_(grads, actor, actor_hyper)
-    if update_target:
-        with torch.no_grad():
-            for target_param, param in zip(targets, critic[0]):  # SB3's polyak_update: mul_, then add_
-                target_param.copy_(torch.add(target_param * (1 - tau), param, alpha=tau))
-    return (*outputs, critic_loss, actor_loss)
+    actor = adam_state_step(grads, actor)
+    targets = selected(update_target, lambda: polyak(targets, critic[0], tau), targets)
+    states = [critic, actor] if ent is None else [ent, critic, actor]
+    return states, targets, (*outputs, critic_loss, actor_loss)
