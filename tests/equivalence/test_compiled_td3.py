@@ -1,6 +1,6 @@
-"""``training.compiled_updates`` for TD3 and DDPG (``true``; ``auto`` keeps them eager until their learning
-check runs): the critics' update and, every ``policy_delay`` steps, the actor's and the Polyak averages as
-one call, against SB3's ``TD3.train``.
+"""``training.compiled_updates`` for TD3 and DDPG: the critics' update and, every ``policy_delay`` steps, the
+actor's and the Polyak averages as one call (or a ``train()`` call's steps as one loop), against SB3's
+``TD3.train``.
 
 As for SAC (``test_compiled_sac.py``): run without the compiler, the step function is SB3's step bit for
 bit (the target smoothing noise drawn before the call, in SB3's order; actor steps and critic-only steps;

@@ -84,3 +84,19 @@ def test_on_policy_calls_count_their_minibatch_steps_and_only_checked_families_c
     assert not compiled_pays(ppo, 12_800 - 64)
     a2c = A2C("MlpPolicy", "CartPole-v1")  # a compiled step, but no learning check yet: eager under auto
     assert planned_gradient_steps(a2c, 100_000) == 20_000 and not compiled_pays(a2c, 100_000)
+
+
+@pytest.mark.parametrize("algo", ["TD3", "DDPG", "QRDQN"])
+def test_checked_families_compile_from_their_break_even(algo):
+    """TD3 (and DDPG, which runs TD3's update) and QR-DQN passed their learning check: ``auto`` compiles a
+    call that plans their break-even, 2,500 gradient steps, and no shorter one."""
+    import sb3_contrib
+    import stable_baselines3
+    from rlaccel_sb3.fused import break_even, compiled_pays, planned_gradient_steps
+
+    cls = getattr(stable_baselines3, algo, None) or getattr(sb3_contrib, algo)
+    model = cls("MlpPolicy", "CartPole-v1" if algo == "QRDQN" else "Pendulum-v1", learning_starts=100)
+    assert break_even(model) == 2_500
+    threshold = 100 + 2_500 * model.train_freq.frequency // model.gradient_steps
+    assert planned_gradient_steps(model, threshold) >= 2_500 and compiled_pays(model, threshold)
+    assert not compiled_pays(model, threshold - 2 * model.train_freq.frequency)

@@ -68,10 +68,11 @@ class FusedAlgorithm:
 
 # compiled_updates: auto compiles a learn() call planning at least this many gradient steps: where loading the
 # saved compiled step (about 2.5 s on a 2-core CPU) is paid back by what each compiled step saves against the
-# eager fused one (DQN: 0.44 ms a step called alone, 0.8 ms in a loop; SAC: 2.8 ms; PPO: 1.5 ms a minibatch
-# step in its loop). Numbers: the Compiled updates section of docs/fused.md. An algorithm gets one only after
-# its learning check (docs/fused.md: Learning check and default).
-DQN_BREAK_EVEN, SAC_BREAK_EVEN, PPO_BREAK_EVEN = 5_000, 1_000, 2_000
+# eager fused one (DQN: 0.44 ms a step called alone, 0.8 ms in a loop; QR-DQN: 0.9 ms; SAC: 2.8 ms; TD3 at
+# RL Zoo's 400x300: 1.4 ms of a 13 ms step; PPO: 1.5 ms a minibatch step in its loop). Numbers: the Compiled
+# updates section of docs/fused.md. An algorithm gets one only after its learning check (docs/fused.md:
+# Learning check and default); A2C has none yet.
+DQN_BREAK_EVEN, QRDQN_BREAK_EVEN, SAC_BREAK_EVEN, TD3_BREAK_EVEN, PPO_BREAK_EVEN = 5_000, 2_500, 1_000, 2_500, 2_000
 
 ALGORITHMS = (
     FusedAlgorithm("DQN", SB3, "value_based", "value_based:dqn_train",
@@ -80,7 +81,7 @@ ALGORITHMS = (
     FusedAlgorithm("QRDQN", CONTRIB, "value_based", "value_based:qrdqn_train",
                    (f"{CONTRIB}.qrdqn.qrdqn:QRDQN.train", f"{CONTRIB}.qrdqn.policies:QuantileNetwork.forward",
                     f"{CONTRIB}.common.utils:quantile_huber_loss", _RATE, _MODE, *_REPLAY),
-                   compiled="value_based:compiled_qrdqn_step"),
+                   compiled="value_based:compiled_qrdqn_step", break_even=QRDQN_BREAK_EVEN),
     FusedAlgorithm("SAC", SB3, "actor_critic", "actor_critic:sac_train",
                    (f"{SB3}.sac.sac:SAC.train", f"{SB3}.sac.policies:Actor.action_log_prob",
                     f"{SB3}.sac.policies:Actor.get_action_dist_params",
@@ -90,7 +91,8 @@ ALGORITHMS = (
                    compiled="compiled_sac:CompiledSACStep.build", break_even=SAC_BREAK_EVEN),
     FusedAlgorithm("TD3", SB3, "actor_critic", "actor_critic:td3_train",
                    (f"{SB3}.td3.td3:TD3.train", f"{SB3}.td3.policies:Actor.forward", *_CRITIC, _POLYAK, _RATE, _MODE,
-                    *_REPLAY), compiled="compiled_td3:CompiledTD3Step.build", runs_for=("DDPG",)),
+                    *_REPLAY), compiled="compiled_td3:CompiledTD3Step.build", runs_for=("DDPG",),
+                   break_even=TD3_BREAK_EVEN),
     FusedAlgorithm("PPO", SB3, "on_policy", "on_policy:ppo_train",
                    (f"{SB3}.ppo.ppo:PPO.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE),
                    compiled="on_policy:compiled_ppo_step", break_even=PPO_BREAK_EVEN),
