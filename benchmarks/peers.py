@@ -2,7 +2,8 @@
 SBX (SB3 rewritten in JAX): which is the fastest way to train an SB3 agent on this machine.
 
 Tasks at RL Zoo's settings (``rlaccel_sb3.train.ZOO``): ``dqn-cartpole`` (DQN CartPole-v1),
-``sac-pendulum`` and ``td3-pendulum`` (Pendulum-v1), ``ppo-cartpole`` (PPO CartPole-v1, 8 envs). Variants:
+``sac-pendulum`` and ``td3-pendulum`` (Pendulum-v1), ``sac-halfcheetah`` (SAC HalfCheetah-v5, MuJoCo),
+``ppo-cartpole`` (PPO CartPole-v1, 8 envs). Variants:
 
 - ``stock``: SB3 as installed, torch's default thread count (the cores);
 - ``stock 1-thread``: the same with ``torch.set_num_threads(1)`` (the report names the better of the two);
@@ -67,6 +68,7 @@ DROP_IN_COMPILED = {"drop-in": "auto", "drop-in eager": False, "drop-in + compil
 TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
          "sac-pendulum": Task("sac", "Pendulum-v1", 3_000, 500),
          "td3-pendulum": Task("td3", "Pendulum-v1", 3_000, 10_500),
+         "sac-halfcheetah": Task("sac", "HalfCheetah-v5", 2_000, 10_500),
          "ppo-cartpole": Task("ppo", "CartPole-v1", 16_384, 2_048)}
 VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "drop-in", "drop-in eager", "drop-in + compiled", "SBX")
 COMPILED_ALGOS = tuple(name.lower() for name in COMPILED)  # algorithms with a compiled step (the registry's)

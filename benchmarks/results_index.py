@@ -177,7 +177,8 @@ def checkpoint_size(measure: str, file: str, ours: str, stock: str) -> Figure:
 STUDY = RESULTS / "learning"
 PEERS = RESULTS / "peers"
 PEER_TASKS = {"dqn-cartpole": "SB3 DQN CartPole-v1", "sac-pendulum": "SB3 SAC Pendulum-v1",
-              "td3-pendulum": "SB3 TD3 Pendulum-v1", "ppo-cartpole": "SB3 PPO CartPole-v1"}
+              "td3-pendulum": "SB3 TD3 Pendulum-v1", "sac-halfcheetah": "SB3 SAC HalfCheetah-v5",
+              "ppo-cartpole": "SB3 PPO CartPole-v1"}
 
 
 def _peer_task(key: str) -> str:

@@ -73,6 +73,7 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
                                  gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate=_linear(1e-3),
                                  clip_range=_linear(0.2)),
     ("sac", "Pendulum-v1"): dict(n_timesteps=20_000, learning_rate=1e-3),
+    ("sac", "HalfCheetah-v5"): dict(n_timesteps=1_000_000, learning_starts=10_000),
     ("td3", "Pendulum-v1"): dict(n_timesteps=20_000, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
                                  learning_rate=1e-3, policy_kwargs=dict(net_arch=[400, 300])),
     ("dqn", "atari"): dict(n_timesteps=10_000_000, buffer_size=100_000, learning_rate=1e-4, batch_size=32,
