@@ -227,8 +227,11 @@ def _peer_file_figures(path: Path, seen: set) -> list[Figure]:
 
 def _peer_files() -> list[Path]:
     """The peer benchmark's results files: ``peers.json`` first, then any other run kept beside it
-    (``--name``: a run in new processes, say)."""
-    return sorted(PEERS.glob("peers*.json"), key=lambda path: (path.name != "peers.json", path.name))
+    (``--name``: a run in new processes, say), the newest first."""
+    def order(path: Path) -> tuple:
+        newest_first = "".join(chr(255 - ord(c)) for c in json.loads(path.read_text())["date"])
+        return path.name != "peers.json", newest_first, path.name
+    return sorted(PEERS.glob("peers*.json"), key=order)
 
 
 def peers_section() -> str:

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rlaccel_plugins.fused import differences
+from tests.equivalence.compile_helpers import python_wrapper
 
 pytestmark = [pytest.mark.needs("stable_baselines3"), pytest.mark.xdist_group("compiled_sac")]
 
@@ -68,21 +69,14 @@ def runs() -> dict:
             "single-kernel adam": _run(models["single-kernel adam"],
                                        fused_train_for(models["single-kernel adam"], fused_optimizer=True)),
             "compiled": _run(models["compiled"], _train(models["compiled"], compiled=True)),
-            "compiled loop": _run(models["compiled loop"], _train(models["compiled loop"], compiled=True)),
+            "compiled loop": _looped(models["compiled loop"]),
             "base": base}
 
 
-def _counting_loops(monkeypatch, cls) -> list:
-    """Every call of ``cls.steps`` (a compiled loop), counted."""
-    calls: list = []
-    original = cls.steps
-
-    def steps(self, *args, **kwargs):
-        calls.append(len(args[1]))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(cls, "steps", steps)
-    return calls
+def _looped(model) -> dict:
+    """The compiled loop's run (inductor's Python wrapper: :func:`~tests.equivalence.compile_helpers.python_wrapper`)."""
+    with python_wrapper():
+        return _run(model, _train(model, compiled=True))
 
 
 @pytest.mark.parametrize("variant", ["compiled", "compiled loop"])
@@ -99,13 +93,13 @@ def test_the_compiled_sac_step_agrees_with_sb3_within_the_derived_tolerance(runs
 @pytest.mark.parametrize("kwargs", [{}, dict(ent_coef=0.1), dict(target_update_interval=2),
                                     dict(target_update_interval=16)],
                          ids=["auto entropy", "fixed entropy", "target every 2 steps", "target every 16 steps"])
-def test_the_sac_step_run_eagerly_is_sb3s_bit_for_bit(kwargs, loop, monkeypatch):
+def test_the_sac_step_run_eagerly_is_sb3s_bit_for_bit(kwargs, loop, monkeypatch, count_loops):
     from rlaccel_sb3.fused.compiled_sac import CompiledSACStep
 
     from rlaccel_plugins.fused import compiled_step
 
     monkeypatch.setattr(compiled_step, "_compiled", lambda function: function)
-    loops = _counting_loops(monkeypatch, CompiledSACStep)
+    loops = count_loops(CompiledSACStep)
     base = _filled(**kwargs)
     stock, ours = copy.deepcopy(base), copy.deepcopy(base)
     if loop:

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from rlaccel_plugins.fused import differences
+from tests.equivalence.compile_helpers import python_wrapper
 
 pytestmark = [pytest.mark.needs("stable_baselines3"), pytest.mark.xdist_group("compiled_td3")]
 
@@ -68,8 +69,14 @@ def runs() -> dict:
             "single-kernel adam": _run(models["single-kernel adam"], _train(models["single-kernel adam"],
                                                                             fused_optimizer=True)),
             "compiled": _run(models["compiled"], _train(models["compiled"], compiled=True)),
-            "compiled loop": _run(models["compiled loop"], _train(models["compiled loop"], compiled=True)),
+            "compiled loop": _looped(models["compiled loop"]),
             "base": base}
+
+
+def _looped(model) -> dict:
+    """The compiled loop's run (inductor's Python wrapper: :func:`~tests.equivalence.compile_helpers.python_wrapper`)."""
+    with python_wrapper():
+        return _run(model, _train(model, compiled=True))
 
 
 @pytest.mark.parametrize("variant", ["compiled", "compiled loop"])
@@ -86,7 +93,7 @@ def test_the_compiled_td3_step_agrees_with_sb3_within_the_derived_tolerance(runs
 @pytest.mark.parametrize(("algo", "kwargs"), [("TD3", {}), ("TD3", dict(policy_delay=3)), ("TD3", dict(policy_delay=4)),
                                               ("DDPG", {})],
                          ids=["TD3", "actor every 3 steps", "actor every 4 steps", "DDPG"])
-def test_the_td3_step_run_eagerly_is_sb3s_bit_for_bit(algo, kwargs, loop, monkeypatch):
+def test_the_td3_step_run_eagerly_is_sb3s_bit_for_bit(algo, kwargs, loop, monkeypatch, count_loops):
     """With ``loop``, the model's ``gradient_steps`` is each call's: one loop per call where the call is
     a whole number of actor periods (8 steps: ``policy_delay`` 1, 2, 4), one call per step otherwise (3)."""
     from rlaccel_sb3.fused.compiled_td3 import CompiledTD3Step
@@ -94,7 +101,7 @@ def test_the_td3_step_run_eagerly_is_sb3s_bit_for_bit(algo, kwargs, loop, monkey
     from rlaccel_plugins.fused import compiled_step
 
     monkeypatch.setattr(compiled_step, "_compiled", lambda function: function)
-    loops = _counting_loops(monkeypatch, CompiledTD3Step)
+    loops = count_loops(CompiledTD3Step)
     base = _filled(algo, **kwargs)
     stock, ours = copy.deepcopy(base), copy.deepcopy(base)
     if loop:
@@ -103,19 +110,6 @@ def test_the_td3_step_run_eagerly_is_sb3s_bit_for_bit(algo, kwargs, loop, monkey
     assert differences(_run(stock, stock.train), _run(ours, train)) == []
     assert train.graphs.compiled_step is not None  # the compiled step's function ran
     assert loops == ([STEPS] * CALLS if loop and STEPS % ours.policy_delay == 0 else [])
-
-
-def _counting_loops(monkeypatch, cls) -> list:
-    """Every call of ``cls.steps`` (a compiled loop), counted."""
-    calls: list = []
-    original = cls.steps
-
-    def steps(self, *args, **kwargs):
-        calls.append(len(args[1]))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(cls, "steps", steps)
-    return calls
 
 
 @pytest.mark.parametrize("loop", [False, True], ids=["one call per step", "one loop per train()"])
