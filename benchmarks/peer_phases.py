@@ -17,7 +17,7 @@ the matrix products of that step alone at 1 and 2 threads (the floor a kernel-pe
 this CPU), and the large-GEMM rate of this CPU (its peak). Writes ``phases.json`` to ``--out``.
 
 Usage:
-    python -m benchmarks.peer_phases [--task dqn-cartpole] [--steps 10000] [--out benchmarks/results/peers]
+    python -m benchmarks.peer_phases [--task dqn-cartpole] [--steps 10000] [--out benchmarks/results/peers] [--name phases]
 """
 
 from __future__ import annotations
@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--out", default=None, help="folder for phases.json (default: print only)")
+    parser.add_argument("--name", default="phases", help="the results file's name in --out (default: phases.json)")
     args = parser.parse_args(argv)
     wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
     if any(v not in VARIANTS for v in wanted):
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "phases.json").write_text(json.dumps(results, indent=1) + "\n")
+        (Path(args.out) / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 
