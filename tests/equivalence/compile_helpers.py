@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -24,3 +24,9 @@ def python_wrapper() -> Iterator[None]:
         compiled_step.OPTIONS.update(options)
         compiled_step._COMPILED.clear()
         compiled_step._COMPILED.update(compiled)
+
+
+def compiled_loop_run(model, run: Callable, train: Callable) -> dict:
+    """``run(model, train(model, compiled=True))`` with the loop compiled under :func:`python_wrapper`."""
+    with python_wrapper():
+        return run(model, train(model, compiled=True))

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from rlaccel_plugins.fused import differences
-from tests.equivalence.compile_helpers import python_wrapper
+from tests.equivalence.compile_helpers import compiled_loop_run
 
 pytestmark = [pytest.mark.needs("stable_baselines3"), pytest.mark.xdist_group("compiled_td3")]
 
@@ -69,14 +69,9 @@ def runs() -> dict:
             "single-kernel adam": _run(models["single-kernel adam"], _train(models["single-kernel adam"],
                                                                             fused_optimizer=True)),
             "compiled": _run(models["compiled"], _train(models["compiled"], compiled=True)),
-            "compiled loop": _looped(models["compiled loop"]),
+            "compiled loop": compiled_loop_run(models["compiled loop"], _run, _train),
             "base": base}
 
-
-def _looped(model) -> dict:
-    """The compiled loop's run (inductor's Python wrapper: :func:`~tests.equivalence.compile_helpers.python_wrapper`)."""
-    with python_wrapper():
-        return _run(model, _train(model, compiled=True))
 
 
 @pytest.mark.parametrize("variant", ["compiled", "compiled loop"])
