@@ -118,8 +118,8 @@ def _each_step(model, gradient_steps: int, batch_size: int):
 def _loops(model, compiled, batches: Batches, parameters: list) -> bool:
     """Whether the chunk's steps run as one compiled loop: more than one, as many as the model's
     ``gradient_steps`` (one loop length, one compilation), no layer frozen now or by a hook between them."""
-    can_loop = compiled.can_loop(batches.k) if isinstance(compiled, CompiledTD3Step) else compiled.can_loop()
-    return 1 < batches.k == model.gradient_steps and can_loop and all(p.requires_grad for p in parameters)
+    return (1 < batches.k == model.gradient_steps and compiled.can_loop(batches.k)
+            and all(p.requires_grad for p in parameters))
 
 
 def _stacked_inputs(model, batches: Batches) -> tuple:

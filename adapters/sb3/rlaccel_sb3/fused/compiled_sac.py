@@ -74,8 +74,9 @@ class CompiledSACStep:
     def operands(self) -> list[AdamOperand]:
         return [o for o in (self.ent, self.critic, self.actor) if o is not None]
 
-    def can_loop(self) -> bool:
-        """Whether :meth:`steps` may run (the optimizers' post-hooks can wait until the loop's end)."""
+    def can_loop(self, steps: int) -> bool:
+        """Whether :meth:`steps` may run ``steps`` steps (any number: the optimizers' post-hooks can wait until
+        the loop's end)."""
         return all(o.hooks_can_wait() for o in self.operands)
 
     def __call__(self, observations, actions, next_observations, rewards, dones, discounts, weights=None, *,
