@@ -312,8 +312,9 @@ class CompiledStep:
     def flush(self) -> None:
         self.operand.flush()
 
-    def can_loop(self) -> bool:
-        """Whether :meth:`steps` may run (its post-hooks can wait until the loop's end)."""
+    def can_loop(self, steps: int | None = None) -> bool:
+        """Whether :meth:`steps` may run (``steps`` of them: any number; its post-hooks can wait until the
+        loop's end)."""
         return self.operand.hooks_can_wait()
 
     def steps(self, *stacked: Any) -> torch.Tensor:

@@ -113,6 +113,18 @@ def _action_log_prob(actor: torch.nn.Module) -> Callable | None:
     return flat_action_log_prob
 
 
+def critic_losses(current: list[torch.Tensor], target: torch.Tensor,
+                  weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """SB3's critics' loss ``sum(F.mse_loss(q, target) for q in current)``, and the loss to differentiate: the
+    same, or each critic's squared errors weighted per sample (what the importance-weight hook computes).
+    The eager fused and the compiled SAC/TD3 steps both use it."""
+    loss = sum(torch.nn.functional.mse_loss(q, target) for q in current)
+    if weights is None:
+        return loss, loss
+    w = weights.view(-1, 1).to(target.dtype)
+    return loss, sum((w * (q - target) ** 2).mean() for q in current)
+
+
 def squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor,
                       epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
     """SB3's ``SquashedDiagGaussianDistribution`` sample for the standard-normal draw ``noise`` (its

@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels, zero_grad
@@ -17,20 +16,10 @@ from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
 from rlaccel_sb3.fused.batches import Batches, iter_batches, step_of
-from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, step_key
+from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, replay_loops, step_key
 from rlaccel_sb3.fused.compiled_sac import CompiledSACStep
 from rlaccel_sb3.fused.compiled_td3 import CompiledTD3Step
 from rlaccel_sb3.training_mode import set_training_mode
-
-
-def _critic_losses(current: tuple[torch.Tensor, ...], target: torch.Tensor, weights: torch.Tensor | None):
-    """SB3's ``sum(F.mse_loss(q, target) for q in current)``, and the loss to backpropagate: the same,
-    or each critic's squared errors weighted per sample (what the importance-weight hook computes)."""
-    loss = sum(F.mse_loss(q, target) for q in current)
-    if weights is None:
-        return loss, loss
-    w = weights.view(-1, 1).to(target.dtype)
-    return loss, sum((w * (q - target) ** 2).mean() for q in current)
 
 
 def _td3_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerModel,
@@ -62,7 +51,7 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
                 next_q = torch.cat(target_critic_f(next_observations, next_actions), dim=1)
                 next_q, _ = torch.min(next_q, dim=1, keepdim=True)
                 target = rewards + (1 - dones) * discounts * next_q
-            critic_loss, weighted = _critic_losses(critic_f(observations, actions), target, weights)
+            critic_loss, weighted = flat.critic_losses(critic_f(observations, actions), target, weights)
             zero_grad(critic.optimizer)
             weighted.backward()
             steps.optimizer_step(critic.optimizer)
@@ -82,7 +71,7 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
         compiled = compiled_of() if compiled_of is not None else None
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches, i in _each_step(model, gradient_steps, batch_size):
-                if i == 0 and compiled is not None and _loops(model, compiled, batches, parameters):
+                if i == 0 and compiled is not None and replay_loops(model, compiled, batches.k, parameters):
                     critic, actor_steps = compiled.steps(*_stacked_inputs(model, batches))
                     model._n_updates += batches.k
                     critic_losses.extend(critic.unbind())
@@ -113,13 +102,6 @@ def _each_step(model, gradient_steps: int, batch_size: int):
     for batches in iter_batches(model, gradient_steps, batch_size):
         for i in range(batches.k):
             yield batches, i
-
-
-def _loops(model, compiled, batches: Batches, parameters: list) -> bool:
-    """Whether the chunk's steps run as one compiled loop: more than one, as many as the model's
-    ``gradient_steps`` (one loop length, one compilation), no layer frozen now or by a hook between them."""
-    return (1 < batches.k == model.gradient_steps and compiled.can_loop(batches.k)
-            and all(p.requires_grad for p in parameters))
 
 
 def _stacked_inputs(model, batches: Batches) -> tuple:
@@ -182,7 +164,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
                 next_q, _ = torch.min(next_q, dim=1, keepdim=True)
                 next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
                 target = rewards + (1 - dones) * discounts * next_q
-            critic_loss, weighted = _critic_losses(critic_f(observations, actions), target, weights)
+            critic_loss, weighted = flat.critic_losses(critic_f(observations, actions), target, weights)
             critic_loss, weighted = 0.5 * critic_loss, 0.5 * weighted
             zero_grad(critic.optimizer)
             weighted.backward()
@@ -202,7 +184,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
         compiled = compiled_of() if compiled_of is not None else None
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for gradient_step, (batches, i) in enumerate(_each_step(model, gradient_steps, batch_size)):
-                if i == 0 and compiled is not None and _loops(model, compiled, batches, parameters):
+                if i == 0 and compiled is not None and replay_loops(model, compiled, batches.k, parameters):
                     logged = compiled.steps(*_stacked_inputs(model, batches),
                                             update_target=torch.arange(batches.k) % model.target_update_interval == 0)
                     for values, rows in zip((ent_coef_losses, ent_coefs, critic_losses, actor_losses)[-len(logged):],

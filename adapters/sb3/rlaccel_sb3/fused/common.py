@@ -99,3 +99,10 @@ def step_key(steps: StepGraphs, parameters: list, optimizers: list, inputs: tupl
 def mean_of(values: list[torch.Tensor]) -> float:
     """``np.mean`` of the values' ``.item()``s, as SB3 logs them (one host sync per call, not per step)."""
     return np.mean(torch.stack(values).double().cpu().numpy())
+
+
+def replay_loops(model, compiled: Any, k: int, parameters: list) -> bool:
+    """Whether an off-policy ``train()`` chunk of ``k`` gradient steps runs as one compiled loop: more than one,
+    as many as the model's ``gradient_steps`` (one loop length, one compilation), the step can loop that many
+    (``compiled.can_loop(k)``), no layer frozen now or by a hook between them."""
+    return 1 < k == model.gradient_steps and compiled.can_loop(k) and all(p.requires_grad for p in parameters)

@@ -175,11 +175,8 @@ def _sac_body(static, states, targets, x):
 
     def critic_loss_of(params):
         current = _critics(kinds, params, n_critics, observations, actions)
-        loss = 0.5 * sum(F.mse_loss(q, target) for q in current)
-        if not weighted:
-            return loss, loss.detach()
-        w = weights.view(-1, 1).to(target.dtype)
-        return 0.5 * sum((w * (q - target) ** 2).mean() for q in current), loss.detach()
+        loss, differentiated = flat.critic_losses(current, target, weights if weighted else None)
+        return 0.5 * differentiated, (0.5 * loss).detach()
 
     grads, critic_loss = torch.func.grad(critic_loss_of, has_aux=True)(critic[0])
     critic = adam_state_step(grads, critic)

@@ -13,7 +13,6 @@ Networks are SB3's ``MlpPolicy`` ones as layer data (:func:`~rlaccel_sb3.flat_ac
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from rlaccel_plugins.fused.compiled_step import (
     AdamOperand,
@@ -138,11 +137,8 @@ def _td3_body(static, states, targets, x):
 
         def critic_loss_of(params, observations=observations, actions=actions, target=target, weights=weights):
             current = _critics(kinds, params, n_critics, observations, actions)
-            loss = sum(F.mse_loss(q, target) for q in current)
-            if not weighted:
-                return loss, loss.detach()
-            w = weights.view(-1, 1).to(target.dtype)
-            return sum((w * (q - target) ** 2).mean() for q in current), loss.detach()
+            loss, differentiated = flat.critic_losses(current, target, weights if weighted else None)
+            return differentiated, loss.detach()
 
         grads, critic_loss = torch.func.grad(critic_loss_of, has_aux=True)(critic[0])
         critic = adam_state_step(grads, critic)

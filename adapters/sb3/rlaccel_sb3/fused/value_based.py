@@ -18,7 +18,7 @@ from rlaccel_plugins.fused.module_cache import new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
 from rlaccel_sb3.fused.batches import Batches, flatten_steps, iter_batches, step_of
-from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, step_key
+from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, replay_loops, step_key
 from rlaccel_sb3.training_mode import set_training_mode
 
 
@@ -53,7 +53,7 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches in iter_batches(model, gradient_steps, batch_size):
                 discounts = batches.discounts if batches.discounts is not None else model.gamma
-                if compiled is not None and _loops(model, compiled, batches, parameters):
+                if compiled is not None and replay_loops(model, compiled, batches.k, parameters):
                     losses.extend(compiled.steps(*_stacked(batches, discounts)).unbind())
                     continue
                 targets = None
@@ -77,12 +77,6 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
     model._n_updates += gradient_steps
     model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
     model.logger.record("train/loss", mean_of(losses) if losses else np.nan)
-
-
-def _loops(model, compiled: CompiledStep, batches: Batches, parameters: list) -> bool:
-    """Whether the chunk's steps run as one compiled loop: more than one, as many as the model's
-    ``gradient_steps`` (one loop length, one compilation), no layer frozen now or by a hook between them."""
-    return 1 < batches.k == model.gradient_steps and compiled.can_loop() and all(p.requires_grad for p in parameters)
 
 
 def _stacked(batches: Batches, discounts) -> tuple:
