@@ -19,8 +19,9 @@ model and buffer contents (CartPole transitions; the net sizes are what the step
   says what this machine allows; stock/floor says what there was to win.
 
 Tianshou: DQN as its CartPole example builds it (``ts-dqn`` rows): ``algorithm.update(buffer, batch)``
-of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, and a hand-written double
-DQN 3-step floor; QR-DQN (``ts-qrdqn``, 200 quantiles, 3-step) against a hand-written one with
+of Tianshou's own DQN against the ``SparseDenseWrapper``'s fused update, a hand-written double
+DQN 3-step floor, and the wrapper with ``compiled_updates: true`` (its step compiled or loaded in the warm-up;
+SAC's too); QR-DQN (``ts-qrdqn``, 200 quantiles, 3-step) against a hand-written one with
 Tianshou's quantile Huber loss; SAC (auto alpha), TD3 and DDPG on Pendulum (``ts-sac``, ``ts-td3``, ``ts-ddpg``) with
 Tianshou's ``Net``-based actor and critics, against the same floors as SB3's; PPO (``ts-ppo``) as
 ``examples/tianshou_ppo_cartpole.py`` builds it, one epoch over 2,048 transitions per call (ms per
@@ -35,6 +36,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import platform
@@ -369,35 +371,44 @@ def print_row(label: str, hidden: tuple[int, ...], batch: int, ms: dict[str, flo
     ROWS.append({"algorithm": label, "net": "-".join(map(str, hidden)), "batch": batch,
                  **{f"{name}_ms": value for name, value in ms.items()}, "fused_vs_stock": ms["fused"] / ms["stock"],
                  "fused_vs_floor": ms["fused"] / ms["floor"]})
+    compiled = f"  compiled {ms['compiled']:.2f} ({ms['compiled'] / ms['stock']:.2f}x stock)" if "compiled" in ms else ""
     print(f"{label:<8} {'-'.join(map(str, hidden)):<9} {batch:>5} {ms['stock']:>7.2f} {ms['fused']:>7.2f} "
           f"{ms['floor']:>7.2f} {ms['fused'] / ms['stock']:>10.2f}x {ms['fused'] / ms['floor']:>10.2f}x "
-          f"{ms['stock'] / ms['floor']:>10.2f}x")
+          f"{ms['stock'] / ms['floor']:>10.2f}x{compiled}")
 
 
-def tianshou_update_ms(stock, fused, buffer, batch: int, steps: int, rounds: int, floor) -> dict[str, float]:
+def tianshou_update_ms(stock, fused, buffer, batch: int, steps: int, rounds: int, floor,
+                       compiled=None) -> dict[str, float]:
     """ms per update of Tianshou's own ``update`` and the wrapper's fused one (after one warm-up each;
-    rounds alternate who goes first), and of ``floor()`` (seconds for ``steps`` steps); medians."""
+    rounds alternate who goes first), of ``floor()`` (seconds for ``steps`` steps), and of a wrapper with
+    ``training.compiled_updates: true`` where given; medians."""
     from tianshou.utils.torch_utils import policy_within_training_step
 
     def updates_of(algorithm):
         return functools.partial(seconds, functools.partial(algorithm.update, buffer, batch), steps)
 
-    with policy_within_training_step(stock.policy), policy_within_training_step(fused.policy):
-        for algorithm in (stock, fused):
-            algorithm.update(buffer, batch)
-        times = interleaved({"stock": updates_of(stock), "fused": updates_of(fused), "floor": floor},
+    algorithms = {"stock": stock, "fused": fused, **({"compiled": compiled} if compiled is not None else {})}
+    with contextlib.ExitStack() as stack:
+        for algorithm in algorithms.values():
+            stack.enter_context(policy_within_training_step(algorithm.policy))
+            algorithm.update(buffer, batch)  # the warm-up (the compiled step compiles or loads here)
+        times = interleaved({**{name: updates_of(a) for name, a in algorithms.items()}, "floor": floor},
                             rounds, alternate=True)
     return {k: 1e3 * v / steps for k, v in medians(times).items()}
 
 
 def tianshou_rows(steps: int, rounds: int) -> None:
     """Tianshou DQN (the example's settings: double DQN, 3-step, MSE, 128-128-128, batch 64) on CartPole:
-    Tianshou's own ``update``, the wrapper's fused one, and a floor of the same math."""
+    Tianshou's own ``update``, the wrapper's fused one, a floor of the same math, and the wrapper with
+    ``compiled_updates: true``."""
     import gymnasium as gym
+    from rlaccel_tianshou import SparseDenseWrapper
     from tianshou.algorithm import DQN
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.utils.net.common import Net
+
+    from rlaccel_plugins.loader import load_config
 
     for hidden, batch in [((128, 128, 128), 64), ((256, 256), 256)]:
         def algorithm(hidden=hidden):
@@ -408,8 +419,10 @@ def tianshou_rows(steps: int, rounds: int) -> None:
                        target_update_freq=320)
 
         stock, fused, buffer, data = _tianshou_cartpole(algorithm)
+        compiled = SparseDenseWrapper(algorithm(), config=load_config(preset="classic_control", compiled_updates=True))
         print_row("ts-dqn", hidden, batch, tianshou_update_ms(
-            stock, fused, buffer, batch, steps, rounds, functools.partial(tianshou_floor, hidden, batch, steps, data)))
+            stock, fused, buffer, batch, steps, rounds, functools.partial(tianshou_floor, hidden, batch, steps, data),
+            compiled))
 
 
 def _tianshou_cartpole(make_algorithm):
@@ -443,6 +456,7 @@ def tianshou_qrdqn_rows(steps: int, rounds: int) -> None:
     from tianshou.algorithm.modelfree.qrdqn import QRDQNPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.utils.net.common import Net
+
 
     for hidden, batch in [((128, 128, 128), 64), ((256, 256), 256)]:
         def algorithm(hidden=hidden):
@@ -526,7 +540,8 @@ def tianshou_actor_critic(algo: str, hidden: tuple[int, ...]):
 
 
 def tianshou_actor_critic_rows(algo: str, steps: int, rounds: int) -> None:
-    """Tianshou's own ``update`` of SAC/TD3/DDPG against the wrapper's fused one and the floor."""
+    """Tianshou's own ``update`` of SAC/TD3/DDPG against the wrapper's fused one, the floor and (SAC) the
+    wrapper with ``compiled_updates: true``."""
     import gymnasium as gym
     from rlaccel_tianshou import SparseDenseWrapper
     from tianshou.data import Collector, VectorReplayBuffer
@@ -546,9 +561,11 @@ def tianshou_actor_critic_rows(algo: str, steps: int, rounds: int) -> None:
                 "actions": torch.as_tensor(buffer.act[:10_000]).float().reshape(-1, 1),
                 "rewards": torch.as_tensor(buffer.rew[:10_000]).float().reshape(-1, 1),
                 "dones": torch.as_tensor(buffer.done[:10_000]).float().reshape(-1, 1)}
+        compiled = SparseDenseWrapper(tianshou_actor_critic(algo, hidden), config=load_config(
+            preset="classic_control", compiled_updates=True)) if algo == "sac" else None
         print_row("ts-" + algo, hidden, batch, tianshou_update_ms(
             stock, fused, buffer, batch, steps, rounds, functools.partial(actor_critic_floor, algo, hidden, batch, steps,
-                                                                      data)))
+                                                                      data), compiled))
 
 
 def tianshou_ppo_rows(rounds: int) -> None:

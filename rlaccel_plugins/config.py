@@ -220,7 +220,7 @@ class TrainingConfig:
     fused_optimizer: bool = False
     """Fused updates step Adam/AdamW/SGD with PyTorch's single-kernel `fused=True` implementation: faster, equal within rtol 1e-4, not bit for bit."""
     compiled_updates: bool | str = AUTO
-    """On the CPU, each gradient step runs as one compiled call (TorchInductor: gradients, clipping, guard and the optimizer's update fused), where the SB3 algorithm has one (the support table of the fused-updates page): faster, equal within a derived tolerance, not bit for bit; compiled once per machine and kept on disk; `auto`: where the algorithm's learning check has run and the `learn()` call plans at least its break-even of gradient steps (DQN 5,000, SAC 1,000, PPO 2,000); `true`: required; `false`: never."""
+    """On the CPU, each gradient step runs as one compiled call (TorchInductor: gradients, clipping, guard and the optimizer's update fused), where the algorithm has one (the support tables of the fused-updates page): faster, equal within a derived tolerance, not bit for bit; compiled once per machine and kept on disk; `auto`: SB3 algorithms whose learning check has run, where the `learn()` call plans at least the algorithm's break-even of gradient steps (the fused-updates page lists them); Tianshou's stay eager; `true`: required (Tianshou: DQN, SAC); `false`: never."""
     channels_last: bool = False
     """The policy's Conv2d layers in channels-last memory format while training: faster CPU convolution gradients, equal within a derived tolerance, not bit for bit."""
 

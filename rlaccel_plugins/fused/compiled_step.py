@@ -326,6 +326,24 @@ class CompiledStep:
         return losses
 
 
+def steps_of(build: Callable[[], Any], optimizers_of: Callable[[], Sequence[Any]]) -> Callable[[], Any]:
+    """``compiled_of()`` for an adapter's update: the step ``build()`` makes (a :class:`CompiledStep`, or a
+    string saying why not), made on first use and again when ``optimizers_of()`` returns other optimizers
+    (a loaded checkpoint's); None where it cannot run now — autocast on, compilation failed, or ``build``
+    said why not."""
+    made: dict[str, Any] = {}
+
+    def compiled_of() -> Any:
+        if torch.is_autocast_enabled("cpu"):
+            return None
+        optimizers = tuple(id(o) for o in optimizers_of())
+        if made.get("optimizers") != optimizers:
+            made.update(optimizers=optimizers, step=build())
+        step = made["step"]
+        return None if isinstance(step, str) or step.failed is not None else step
+    return compiled_of
+
+
 def _apis() -> PrivateApis:
     """The private APIs (a compiled step is made only where :func:`ineligible` found them)."""
     apis = private_apis()

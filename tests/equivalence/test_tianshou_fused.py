@@ -150,8 +150,9 @@ def _actor_critic(name: str, n_step=1, auto_alpha=True):
                 n_step_return_horizon=n_step)
 
 
-def _run(wrapper, buffer):
-    """Every update's stats and recorded losses/gradients, then the whole state and every RNG."""
+def _run(wrapper, buffer, record: bool = True):
+    """Every update's stats and recorded losses/gradients (``record``: the recorder's step hooks leave no
+    compiled step eligible), then the whole state and every RNG."""
     from tianshou.utils.torch_utils import policy_within_training_step
 
     np.random.seed(5)
@@ -165,11 +166,11 @@ def _run(wrapper, buffer):
     if wrapper.fused:
         inner = wrapper._fused_update
         wrapper._fused_update = lambda *args: fused_calls.append(1) or inner(*args)
-    with UpdateRecorder(optimizers) as record, policy_within_training_step(wrapper.policy):
+    with UpdateRecorder(optimizers if record else []) as recorder, policy_within_training_step(wrapper.policy):
         for _ in range(UPDATES):
             step = wrapper.update(buffer, 64).get_loss_stats_dict()
             stats.append({k: v for k, v in step.items() if not k.startswith("rlaccel")})
-    return {"stats": stats, "backward": record.losses, "gradients": record.gradients,
+    return {"stats": stats, "backward": recorder.losses, "gradients": recorder.gradients,
             "state": dict(algorithm.state_dict()), "optimizers": [copy.deepcopy(o.state_dict()) for o in optimizers],
             "counters": [getattr(algorithm, name, None) for name in ("_iter", "_cnt", "_last")],
             "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state()[1],

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from rlaccel_plugins.fused.flat import flat_layers
+from rlaccel_plugins.fused.flat import apply_layers, flat_layers, layer_spec
 from rlaccel_plugins.fused.module_cache import cached, new_epoch
 from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 
@@ -110,6 +110,79 @@ def _flat_net(net: torch.nn.Module, containers: tuple = ()) -> Callable | None:
         return logits, state
 
     return forward
+
+
+def net_spec(net: torch.nn.Module, containers: tuple = ()) -> tuple[tuple[str, ...], list[torch.Tensor]] | None:
+    """A ``Net`` whose ``forward`` is its MLP alone (one atom, no softmax, not dueling) as
+    :func:`~rlaccel_plugins.fused.flat.layer_spec` data — its layer kinds and parameters, for a compiled
+    step's :func:`~rlaccel_plugins.fused.flat.apply_layers` on the flattened observations; None otherwise
+    (``containers``: the modules around it, whose hooks would run too)."""
+    from tianshou.utils.net.common import Net
+
+    if type(net) is not Net or net.use_dueling or net.num_atoms != 1 or net.softmax:
+        return None
+    return mlp_spec(net.model, [*containers, net])
+
+
+def mlp_spec(mlp: torch.nn.Module, containers: list) -> tuple[tuple[str, ...], list[torch.Tensor]] | None:
+    """A Tianshou ``MLP`` as :func:`~rlaccel_plugins.fused.flat.layer_spec` data (on 2-D inputs, where its
+    ``flatten_input`` changes nothing), or None."""
+    from tianshou.utils.net.common import MLP
+
+    return layer_spec([*containers, mlp], mlp.model) if type(mlp) is MLP else None
+
+
+def critic_spec(critic: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor]] | None:
+    """A ``ContinuousCritic`` that applies its ``Net`` to the observations and actions concatenated (its
+    default) as one MLP's layer data on ``cat([obs, act], 1)``, or None."""
+    from tianshou.utils.net.continuous import ContinuousCritic
+
+    if type(critic) is not ContinuousCritic or critic.apply_preprocess_net_to_obs_only:
+        return None
+    preprocess, last = net_spec(critic.preprocess, (critic,)), mlp_spec(critic.last, [critic])
+    if preprocess is None or last is None:
+        return None
+    return preprocess[0] + last[0], preprocess[1] + last[1]
+
+
+def probabilistic_actor_spec(actor: torch.nn.Module) -> tuple[tuple, list[torch.Tensor]] | None:
+    """A ``ContinuousActorProbabilistic`` as data: ``((preprocess kinds, mu kinds, sigma kinds or None for
+    the free ``sigma_param``, bounded, max_action), params)`` — the preprocess's, mu's, then sigma's
+    parameters (or ``sigma_param``), for :func:`probabilistic_actor_apply`; None where a part is not
+    layer data."""
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic
+
+    if type(actor) is not ContinuousActorProbabilistic:
+        return None
+    preprocess, mu = net_spec(actor.preprocess, (actor,)), mlp_spec(actor.mu, [actor])
+    sigma = mlp_spec(actor.sigma, [actor]) if actor._c_sigma else ((), [actor.sigma_param])
+    if preprocess is None or mu is None or sigma is None:
+        return None
+    kinds = (preprocess[0], mu[0], sigma[0] if actor._c_sigma else None, not actor._unbounded, float(actor.max_action))
+    return kinds, preprocess[1] + mu[1] + sigma[1]
+
+
+def probabilistic_actor_apply(kinds: tuple, params: list[torch.Tensor], obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_flat_probabilistic_actor`'s ``(mu, sigma)`` from :func:`probabilistic_actor_spec` data: the same ops."""
+    from tianshou.utils.net.continuous import SIGMA_MAX, SIGMA_MIN
+
+    preprocess_kinds, mu_kinds, sigma_kinds, bounded, max_action = kinds
+    n_pre, n_mu = _linear_count(preprocess_kinds), _linear_count(mu_kinds)
+    logits = apply_layers(preprocess_kinds, params[:n_pre], obs.flatten(1))
+    mu = apply_layers(mu_kinds, params[n_pre:n_pre + n_mu], logits)
+    if bounded:
+        mu = max_action * torch.tanh(mu)
+    if sigma_kinds is not None:
+        sigma = torch.clamp(apply_layers(sigma_kinds, params[n_pre + n_mu:], logits), min=SIGMA_MIN, max=SIGMA_MAX).exp()
+    else:
+        shape = [1] * len(mu.shape)
+        shape[1] = -1
+        sigma = (params[-1].view(shape) + torch.zeros_like(mu)).exp()
+    return mu, sigma
+
+
+def _linear_count(kinds: tuple[str, ...]) -> int:
+    return 2 * sum(kind == "linear" for kind in kinds)
 
 
 def _preprocess_and_last(network: torch.nn.Module) -> tuple[Callable, Callable] | None:

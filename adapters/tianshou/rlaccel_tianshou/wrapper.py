@@ -74,6 +74,9 @@ class _SparseDenseMixin:
         self.lr_schedulers = self.wrapped_algorithm.lr_schedulers  # shared: stepped once per update
         self._last_buffer = None
         self._fused_update = _fused_update(self.wrapped_algorithm, config)
+        self._compile = _compiles(self.wrapped_algorithm, config, self._fused_update)
+        self._compiled_of = None  # made on the first update (a process's compiled code does not pickle)
+        self.compiled = False  # whether the last update's gradient step ran compiled (set by the update)
         # training.channels_last: the algorithm's convolutions in channels-last until detach()
         self._channels_last = ChannelsLast([self.wrapped_algorithm], [
             optimizer._optim for optimizer in self.wrapped_algorithm._optimizers]) if config.training.channels_last else None
@@ -86,6 +89,18 @@ class _SparseDenseMixin:
     def fused(self) -> bool:
         """Whether updates run fused (``training.fused_updates``; see ``rlaccel_tianshou.fused``)."""
         return self._fused_update is not None
+
+    def compiled_step(self):
+        """The compiled gradient step the fused update runs now (``training.compiled_updates``), or None:
+        eager (not asked for, autocast on, or the compiler failed)."""
+        from rlaccel_tianshou.fused import compiled_steps_for
+
+        if self._compile and self._compiled_of is None:
+            self._compiled_of = compiled_steps_for(self.wrapped_algorithm)
+        return self._compiled_of() if self._compiled_of is not None else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_compiled_of": None}
 
     def _threads_in_force(self) -> None:
         """Before an update: the thread policy started on the first, read again (once a second) after."""
@@ -280,6 +295,20 @@ def _fused_update(algorithm, config: AccelConfig):
     return select_fused(setting, fused, algorithm=type(algorithm).__name__, framework="Tianshou",
                         supported=SUPPORTED,
                         unverified=CODE.unverified(update_key(algorithm)) if fused is not None else None)
+
+
+def _compiles(algorithm, config: AccelConfig, fused_update) -> bool:
+    """Whether the gradient steps run compiled: where ``training.compiled_updates: true`` asks (``auto`` keeps
+    Tianshou's updates eager: their compiled steps have had no learning check); a clear error where they cannot."""
+    from rlaccel_tianshou.fused import compiled_unavailable
+
+    if config.training.compiled_updates is not True:
+        return False
+    reason = "the fused update is off" if fused_update is None else compiled_unavailable(algorithm)
+    if reason is not None:
+        raise ConfigError(f"compiled_updates=true needs a compiled gradient step, got {type(algorithm).__name__}: "
+                          f"{reason}. Fix: compiled_updates=auto.")
+    return True
 
 
 def _config(config: AccelConfig | None, preset: str | None, interval: int | None, dense_layers) -> AccelConfig:

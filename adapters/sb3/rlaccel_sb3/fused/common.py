@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlaccel_plugins.fused.compiled_step import steps_of
 from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
 
 
@@ -60,16 +61,10 @@ def compiled_steps(model, graphs: GraphsPerModel, build: Callable) -> Callable[[
     """``compiled_of()`` for a family's fused ``train()``: the model's compiled step (``build(model)``, made
     on first use and again when the optimizers were replaced), or None where it cannot run: autocast on,
     compilation failed, or ``build`` said why not (a string)."""
-    made: dict[str, Any] = {}
+    step_of = steps_of(lambda: build(model), lambda: _optimizers_of(model))
 
     def compiled_of():
-        if torch.is_autocast_enabled("cpu"):
-            return None
-        optimizers = tuple(id(o) for o in _optimizers_of(model))
-        if made.get("optimizers") != optimizers:
-            made.update(optimizers=optimizers, step=build(model))
-        step = made["step"]
-        graphs.compiled_step = None if isinstance(step, str) or step.failed is not None else step
+        graphs.compiled_step = step_of()
         return graphs.compiled_step
     return compiled_of
 

@@ -22,6 +22,11 @@ TD3, SAC), :mod:`.on_policy` (PPO) — over :mod:`.common`, each with its algori
 Tianshou's ``ContinuousActorDeterministic`` / ``ContinuousActorProbabilistic`` actor and
 ``ContinuousCritic`` critics; with buffers of array observations, ``stack_num=1`` and without
 prioritized replay. Anything else runs Tianshou's own update.
+
+With ``training.compiled_updates: true``, DQN's gradient step (the loss on the n-step returns, backward,
+the clip and the Adam step) runs as one compiled call on the CPU (:func:`compiled_steps_for`; the registry's
+``compiled`` field says which algorithms have one): equal within a derived tolerance, not bit for bit.
+``auto`` keeps Tianshou's updates eager: no learning check has been run for them yet.
 """
 
 from __future__ import annotations
@@ -31,20 +36,44 @@ from typing import Any
 
 from rlaccel_tianshou.flat_networks import first_parameter
 from rlaccel_tianshou.fused.common import fusable_buffer, off_policy_update, on_policy_update
-from rlaccel_tianshou.fused.registry import ALGORITHMS, SUPPORTED
+from rlaccel_tianshou.fused.registry import ALGORITHMS, COMPILED, SUPPORTED
 
-__all__ = ["SUPPORTED", "first_parameter", "fusable_buffer", "fused_update_for", "learns"]
+__all__ = ["COMPILED", "SUPPORTED", "compiled_steps_for", "compiled_unavailable", "first_parameter", "fusable_buffer",
+           "fused_update_for", "learns"]
 
 
 def fused_update_for(algorithm) -> Callable[[Any, Any, int | None], Any] | None:
     """``update(wrapper, buffer, sample_size)`` fusing ``algorithm``'s update, or None where there is no
     equivalence-tested one: a class not in the registry (exact classes only: a subclass may change the
     update), or networks and policies its family's eligibility check does not cover."""
-    entry = next((a for a in ALGORITHMS if a.algorithm_class() is type(algorithm)), None)
+    entry = _entry_of(algorithm)
     if entry is None or not entry.builder("eligible")(algorithm):
         return None
     wrap = on_policy_update if entry.on_policy else off_policy_update
     return wrap(entry.builder("learn"))
+
+
+def compiled_unavailable(algorithm) -> str | None:
+    """Why ``algorithm``'s gradient steps cannot run compiled (``training.compiled_updates``), or None."""
+    entry = _entry_of(algorithm)
+    if entry is None or entry.compiled is None or not entry.builder("eligible")(algorithm):
+        return f"{type(algorithm).__name__} has no compiled step ({', '.join(COMPILED)} on a Net has)"
+    step = entry.builder("compiled")(algorithm, compile=False)
+    return step if isinstance(step, str) else None
+
+
+def compiled_steps_for(algorithm) -> Callable[[], Any]:
+    """``compiled_of()`` for the wrapper's update: ``algorithm``'s compiled step, built on first use and again
+    when its optimizers were replaced; None where it cannot run now (autocast on, compilation failed, or its
+    builder said why not). Only for an algorithm :func:`compiled_unavailable` accepts."""
+    from rlaccel_plugins.fused.compiled_step import steps_of
+
+    build = _entry_of(algorithm).builder("compiled")
+    return steps_of(lambda: build(algorithm), lambda: [o._optim for o in algorithm._optimizers])
+
+
+def _entry_of(algorithm):
+    return next((a for a in ALGORITHMS if a.algorithm_class() is type(algorithm)), None)
 
 
 def learns() -> dict[type, Callable]:

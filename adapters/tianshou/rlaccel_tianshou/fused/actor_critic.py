@@ -1,5 +1,6 @@
 """Fused updates of the actor-critic algorithms: DDPG, TD3 and SAC (fixed or auto-tuned alpha) with
-Tianshou's continuous actors and ``ContinuousCritic`` critics (twin critics' losses in one backward)."""
+Tianshou's continuous actors and ``ContinuousCritic`` critics (twin critics' losses in one backward); SAC's
+step also compiled whole (``training.compiled_updates``: :mod:`.compiled_sac`)."""
 
 from __future__ import annotations
 
@@ -148,14 +149,20 @@ def sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
     returns = nstep_returns(sac, buffer, indices, sac.n_step_return_horizon, target_q_of)
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(sac, buffer, indices, weight, returns)
     with training(wrapper, sac, [actor, critic, critic2], obs_np, act_np):
-        critic1_loss, critic2_loss = _twin_critic_steps((critic, critic2), (sac.critic_optim, sac.critic2_optim),
-                                                        obs, act, returns, weights)
-        act_pi, log_prob = _squashed_gaussian(actor, obs)
-        actor_loss = (alpha * log_prob.flatten() - torch.min(forward_of(critic)(obs, act_pi).flatten(),
-                                                             forward_of(critic2)(obs, act_pi).flatten())).mean()
-        algorithm_step(sac.policy_optim, actor_loss, own_gradients_only=True)
-        alpha_loss = sac.alpha.update(-log_prob.detach())
-        polyak(sac)
+        compiled = wrapper.compiled_step()
+        wrapper.compiled = compiled is not None and all(p.requires_grad for p in compiled.parameters)  # not dense
+        if wrapper.compiled:
+            critic1_loss, critic2_loss, actor_loss, *tuned = compiled(obs, act, returns, weights)
+            alpha_loss = tuned[0].item() if tuned else None
+        else:
+            critic1_loss, critic2_loss = _twin_critic_steps((critic, critic2), (sac.critic_optim, sac.critic2_optim),
+                                                            obs, act, returns, weights)
+            act_pi, log_prob = _squashed_gaussian(actor, obs)
+            actor_loss = (alpha * log_prob.flatten() - torch.min(forward_of(critic)(obs, act_pi).flatten(),
+                                                                 forward_of(critic2)(obs, act_pi).flatten())).mean()
+            algorithm_step(sac.policy_optim, actor_loss, own_gradients_only=True)
+            alpha_loss = sac.alpha.update(-log_prob.detach())
+            polyak(sac)
     return wrapper._stats(SACTrainingStats(actor_loss=actor_loss.item(), critic1_loss=critic1_loss.item(),
                                            critic2_loss=critic2_loss.item(), alpha=to_optional_float(sac.alpha.value),
                                            alpha_loss=to_optional_float(alpha_loss)))

@@ -1,16 +1,28 @@
 """Fused updates of the value-based algorithms: DQN (plain and double, Huber or MSE, any n-step, with or
-without a target network) and QR-DQN, on a Tianshou ``Net``."""
+without a target network) and QR-DQN, on a Tianshou ``Net``; DQN's gradient step also compiled whole
+(``training.compiled_updates``: :func:`compiled_dqn_step`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from rlaccel_tianshou.flat_networks import forward_of, is_mode_free, lagged
+from rlaccel_plugins.fused.compiled_step import CompiledStep, guard_of, ineligible
+from rlaccel_plugins.fused.flat import apply_layers
+from rlaccel_tianshou.flat_networks import (
+    first_parameter,
+    forward_of,
+    is_mode_free,
+    lagged,
+    net_spec,
+    parameters_of,
+)
 from rlaccel_tianshou.fused.common import (
     algorithm_step,
     as_input,
     nstep_returns,
+    plain_step,
     training,
     weights_of,
 )
@@ -34,6 +46,14 @@ def dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
     obs, act = buffer.obs[indices], buffer.act[indices]
     with training(wrapper, dqn, [model], obs, act):
         dqn._periodically_update_lagged_network_weights()
+        compiled = wrapper.compiled_step()
+        wrapper.compiled = compiled is not None and all(p.requires_grad for p in parameters_of(model))  # not dense
+        if wrapper.compiled:
+            weights = () if weight is None or dqn.huber_loss_delta is not None else (weights_of(weight, returns),)
+            loss = compiled(as_input(dqn, obs), torch.as_tensor(act, dtype=torch.long, device=returns.device),
+                            returns.flatten(), *weights)
+            compiled.flush()
+            return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
         q = forward_of(model)(as_input(dqn, obs))[0]
         q = q.gather(1, torch.as_tensor(act, dtype=torch.long, device=q.device).reshape(-1, 1)).squeeze(1)
         returns = returns.flatten().to(q.dtype)
@@ -44,6 +64,42 @@ def dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
             loss = ((returns - q).pow(2) * weights_of(weight, returns)).mean()
         algorithm_step(dqn.optim, loss)
     return wrapper._stats(SimpleLossTrainingStats(loss=loss.item()))
+
+
+def _dqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], huber_loss_delta: float | None,
+                       obs: torch.Tensor, act: torch.Tensor, returns: torch.Tensor, weight: torch.Tensor | None = None):
+    """:func:`dqn_learn`'s loss once the n-step returns are there, as a pure function of the Q-network's
+    parameters (a compiled step's ``loss_of``; the Huber loss, as Tianshou's, takes no importance weights)."""
+    q = apply_layers(kinds, params, obs.flatten(1)).gather(1, act.reshape(-1, 1)).squeeze(1)
+    returns = returns.to(q.dtype)
+    if huber_loss_delta is not None:
+        loss = F.huber_loss(q.reshape(-1, 1), returns.reshape(-1, 1), delta=huber_loss_delta, reduction="mean")
+    else:
+        loss = ((returns - q).pow(2) * (1.0 if weight is None else weight)).mean()
+    return loss, loss.detach()
+
+
+def compiled_dqn_step(dqn, compile: bool = True) -> CompiledStep | str:
+    """DQN's gradient step compiled whole (:mod:`rlaccel_plugins.fused.compiled_step`): the loss on the
+    n-step returns, backward, Tianshou's clip and the Adam step; or why it cannot be."""
+    model = dqn.policy.model
+    if first_parameter(model).device.type != "cpu":
+        return "not on the CPU"
+    spec = net_spec(model)
+    if spec is None:
+        return "the Q-network is not a Net of Linear/ReLU/Tanh layers (one atom, no softmax or dueling) without hooks"
+    kinds, params = spec
+    if not plain_step(dqn.optim):
+        return "the algorithm's optimizer has a step of its own"
+    optimizer = dqn.optim._optim
+    if [id(p) for g in optimizer.param_groups for p in g["params"]] != [id(p) for p in params]:
+        return "the optimizer does not hold exactly the Q-network's parameters"
+    guard = guard_of(optimizer)
+    reason = ineligible(optimizer, guard)
+    if reason is not None:
+        return reason
+    return CompiledStep(_dqn_compiled_loss, params, optimizer, static=(kinds, dqn.huber_loss_delta),
+                        max_grad_norm=dqn.optim._max_grad_norm, guard=guard, compile=compile)
 
 
 def qrdqn_learn(wrapper, qrdqn, buffer, indices: np.ndarray, weight):
