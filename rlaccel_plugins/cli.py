@@ -295,8 +295,12 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"checkpoint {result.checkpoint}; continue with: rlaccel train --resume {logdir}")
         return 128 + result.stopped_by_signal
     seconds, steps = result.time_to_threshold(spec.threshold)
-    reached = (f"reached {spec.threshold:g} after {seconds:.1f} s of training / {steps:,} env steps" if seconds is not None
-               else f"did not reach {spec.threshold} within {result.env_steps:,} env steps")
+    if spec.threshold is None:  # a task without a known solved return (MinAtar's games)
+        reached = f"trained {result.env_steps:,} env steps"
+    elif seconds is not None:
+        reached = f"reached {spec.threshold:g} after {seconds:.1f} s of training / {steps:,} env steps"
+    else:
+        reached = f"did not reach {spec.threshold:g} within {result.env_steps:,} env steps"
     print(f"{spec.variant}: {reached}; final evaluation {result.final_eval}; the run took {took:.1f} s in all "
           f"(evaluations and start-up included, where the training time leaves them out); saved to {logdir}")
     return 0

@@ -22,7 +22,7 @@ class RlaccelWarning(UserWarning):
 EXTRAS = {"stable_baselines3": "sb3", "sb3_contrib": "sb3", "gymnasium": "sb3", "tianshou": "tianshou",
           "envpool": "envpool", "ale_py": "atari", "cv2": "atari", "tensorboard": "logging", "rich": "logging",
           "tqdm": "logging", "onnx": "onnx", "onnxruntime": "onnx", "ray": "ray", "matplotlib": "all",
-          "rl_zoo3": "zoo"}
+          "rl_zoo3": "zoo", "minatar": "minatar"}
 
 
 def missing_dependency(exc: ModuleNotFoundError) -> ConfigError | None:

@@ -5,6 +5,8 @@ Examples:
     >>> info = task_info("CartPole-v1")
     >>> info.threshold, info.cheap, info.atari, info.recipe
     (475.0, True, False, 'CartPole-v1')
+    >>> task_info("MinAtar/Breakout-v1").recipe  # the MinAtar paper's DQN settings, for every game
+    'minatar'
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ CHEAP_TASKS = frozenset({"CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCa
 
 @dataclass(frozen=True)
 class TaskInfo:
-    """One task: ``atari`` (an ale-py game, envpool style ``Pong-v5``), ``threshold`` (None: none known),
-    ``cheap`` (a step of microseconds: one envpool thread, in-process below 8 envs) and ``recipe``, the key
-    of its published hyper-parameters (RL Zoo's: ``atari`` for every Atari game, else the env id)."""
+    """One task: ``atari`` (an ale-py game, envpool style ``Pong-v5``), ``minatar`` (a MinAtar game,
+    ``MinAtar/<Game>-v1``: 10x10 boolean images with a channel per object kind), ``threshold`` (None: none
+    known), ``cheap`` (a step of microseconds: one envpool thread, in-process below 8 envs) and ``recipe``,
+    the key of its published hyper-parameters (RL Zoo's: ``atari`` for every Atari game; the MinAtar
+    paper's: ``minatar`` for every MinAtar game; else the env id)."""
 
     env_id: str
     threshold: float | None
@@ -38,8 +42,38 @@ class TaskInfo:
         return is_atari(self.env_id)
 
     @property
+    def minatar(self) -> bool:
+        return self.env_id.startswith(MINATAR_PREFIX)
+
+    @property
     def recipe(self) -> str:
-        return "atari" if self.atari else self.env_id
+        return "atari" if self.atari else "minatar" if self.minatar else self.env_id
+
+
+MINATAR_PREFIX = "MinAtar/"
+
+
+def register_minatar() -> None:
+    """Make MinAtar's games known to gymnasium (``MinAtar/Breakout-v1``: the ``minatar`` package's own
+    gymnasium environments, which it registers through an entry point gymnasium no longer loads by itself).
+    Without the package: a ``ConfigError`` saying which extra installs it."""
+    import gymnasium as gym
+
+    from rlaccel_plugins.errors import missing_dependency
+
+    if f"{MINATAR_PREFIX}Breakout-v1" in gym.registry:
+        return
+    try:
+        from minatar.gym import register_envs
+    except ModuleNotFoundError as error:
+        raise (missing_dependency(error) or error) from None
+    register_envs()
+
+
+def ensure_registered(env_id: str) -> None:
+    """Register the package behind ``env_id`` with gymnasium where it does not register itself (MinAtar)."""
+    if env_id.startswith(MINATAR_PREFIX):
+        register_minatar()
 
 
 def register_ale() -> None:

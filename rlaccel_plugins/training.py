@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from rlaccel_plugins.config import AccelConfig
 from rlaccel_plugins.errors import ConfigError
-from rlaccel_plugins.tasks import TaskInfo, task_info
+from rlaccel_plugins.tasks import TaskInfo, ensure_registered, task_info
 
 
 @dataclass
@@ -258,6 +258,7 @@ def check_env_id(env_id: str) -> None:
     from rlaccel_plugins.errors import ConfigError, did_you_mean
     from rlaccel_plugins.parallel.factory import envpool_env_ids
 
+    ensure_registered(env_id)
     if env_id in gym.registry or env_id in envpool_env_ids() or task_info(env_id).atari:
         return
     known = [*gym.registry, *envpool_env_ids()]

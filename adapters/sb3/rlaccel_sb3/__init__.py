@@ -15,6 +15,7 @@ from __future__ import annotations
 from rlaccel_plugins.lazy import lazy_exports
 
 _LAZY = {
+    "MinAtarCNN": "rlaccel_sb3.extractors",
     "TieredReplayBuffer": "rlaccel_sb3.buffers",
     "TieredDictReplayBuffer": "rlaccel_sb3.buffers",
     "SparseDenseCallback": "rlaccel_sb3.callback",

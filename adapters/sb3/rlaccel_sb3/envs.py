@@ -6,7 +6,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecMonitor
 
 from rlaccel_plugins.parallel.factory import choose_backend
-from rlaccel_plugins.tasks import task_info
+from rlaccel_plugins.tasks import ensure_registered, task_info
 from rlaccel_sb3.envpool_vec_env import EnvPoolVecEnv
 
 
@@ -16,6 +16,7 @@ def make_env(env_id: str, n_envs: int, seed: int, accelerated: bool, evaluation:
     Atari follows RL Zoo: SB3's ``AtariWrapper`` + 4-frame stack on ``<Game>NoFrameskip-v4`` for stock,
     envpool with the same preprocessing for rlaccel; evaluation envs score whole games, unclipped.
     """
+    ensure_registered(env_id)
     if task_info(env_id).atari:
         if accelerated:
             options = dict(episodic_life=False, reward_clip=False) if evaluation else {}

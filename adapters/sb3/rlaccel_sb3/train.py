@@ -21,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from sb3_contrib import QRDQN
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
@@ -42,6 +43,7 @@ from rlaccel_plugins.training import (
 from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import AccelerateCallback, SparseDenseCallback
 from rlaccel_sb3.envs import make_env
+from rlaccel_sb3.extractors import MinAtarCNN
 
 ALGOS = {"dqn": DQN, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "ddpg": DDPG, "ppo": PPO, "a2c": A2C}
 
@@ -50,7 +52,7 @@ def _linear(start: float):
     return lambda progress: progress * start
 
 
-# RL Zoo 2.9 hyper-parameters (rl_zoo3/hyperparams/*.yml) for the tasks the demo and bench use;
+# RL Zoo 2.9 hyper-parameters (rl_zoo3/hyperparams/*.yml) for the tasks the demo and bench use (MinAtar: its paper's);
 # n_timesteps is kept because exploration schedules are fractions of it
 ZOO: dict[tuple[str, str], dict[str, Any]] = {
     ("dqn", "CartPole-v1"): dict(n_timesteps=50_000, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
@@ -76,6 +78,15 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
     ("sac", "HalfCheetah-v5"): dict(n_timesteps=1_000_000, learning_starts=10_000),
     ("td3", "Pendulum-v1"): dict(n_timesteps=20_000, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
                                  learning_rate=1e-3, policy_kwargs=dict(net_arch=[400, 300])),
+    # the MinAtar paper's DQN (Young & Tian 2019; RL Zoo has no MinAtar entry): its network, RMSprop (squared-gradient
+    # momentum 0.95, min squared gradient 0.01: PyTorch's centered RMSprop with eps=0.01), epsilon 1 -> 0.1 over
+    # the first 100k frames, 5M frames
+    ("dqn", "minatar"): dict(n_timesteps=5_000_000, learning_rate=2.5e-4, batch_size=32, buffer_size=100_000,
+                             learning_starts=5_000, gamma=0.99, target_update_interval=1_000, train_freq=1,
+                             gradient_steps=1, exploration_fraction=0.02, exploration_final_eps=0.1,
+                             policy_kwargs=dict(features_extractor_class=MinAtarCNN, net_arch=[],
+                                                optimizer_class=torch.optim.RMSprop,
+                                                optimizer_kwargs=dict(alpha=0.95, eps=0.01, centered=True))),
     ("dqn", "atari"): dict(n_timesteps=10_000_000, buffer_size=100_000, learning_rate=1e-4, batch_size=32,
                            learning_starts=100_000, target_update_interval=1000, train_freq=4, gradient_steps=1,
                            exploration_fraction=0.1, exploration_final_eps=0.01, optimize_memory_usage=False),
@@ -83,7 +94,8 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
 
 
 def zoo_settings(algo: str, env_id: str) -> dict[str, Any]:
-    """RL Zoo's settings for the task (its ``atari`` entry for Atari games; SB3's defaults otherwise)."""
+    """RL Zoo's settings for the task (its ``atari`` entry for Atari games; the MinAtar paper's for MinAtar
+    games; SB3's defaults otherwise)."""
     return copy.deepcopy(ZOO.get((algo, task_info(env_id).recipe), {}))
 
 
@@ -118,7 +130,7 @@ def build(spec: TrainSpec):
             kwargs["buffer_size"] = rb.capacity
             if rb.n_step != "auto":
                 kwargs["n_steps"] = rb.n_step  # handed to the tiered buffer below
-        if training.net_arch != "auto" and not spec.task.atari:
+        if training.net_arch != "auto" and not (spec.task.atari or spec.task.minatar):  # a recipe's own network
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
     if spec.dropin and is_off_policy:  # the README's drop-in on the framework's own recipe: nothing else changes
         buffer_size = kwargs.get("buffer_size", inspect.signature(cls).parameters["buffer_size"].default)

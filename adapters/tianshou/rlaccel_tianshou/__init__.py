@@ -13,6 +13,7 @@ from __future__ import annotations
 from rlaccel_plugins.lazy import lazy_exports
 
 _LAZY = {
+    "MinAtarQNetwork": "rlaccel_tianshou.networks",
     "TieredReplayBuffer": "rlaccel_tianshou.buffers",
     "TieredVectorReplayBuffer": "rlaccel_tianshou.buffers",
     "SparseDenseWrapper": "rlaccel_tianshou.wrapper",

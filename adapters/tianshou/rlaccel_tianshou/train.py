@@ -29,11 +29,13 @@ from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
+from rlaccel_plugins.tasks import ensure_registered
 from rlaccel_plugins.training import EvalClock, Learned, TrainSpec, bytes_per_transition, replay_sampling
 from rlaccel_tianshou.buffers import TieredVectorReplayBuffer
 from rlaccel_tianshou.checkpointing import Checkpoints, StoppedBySignal
 from rlaccel_tianshou.collector import LeanCollector
 from rlaccel_tianshou.envs import make_envs
+from rlaccel_tianshou.networks import MinAtarQNetwork
 from rlaccel_tianshou.wrapper import SparseDenseWrapper
 
 NUM_ENVS = 10  # Tianshou's test_dqn.py; rlaccel uses the preset's parallel_envs
@@ -51,6 +53,7 @@ class TianshouTraining:
         self.spec = spec
         torch.manual_seed(spec.seed)
         np.random.seed(spec.seed)
+        ensure_registered(spec.env_id)
         probe = gym.make(spec.env_id)
         self.obs_dim, self.n_actions = int(np.prod(probe.observation_space.shape)), int(probe.action_space.n)
         training, hardware = spec.config.training, resolve_auto(spec.config)
@@ -73,7 +76,10 @@ class TianshouTraining:
             self.eps, lr, gamma, target = 1.0, training.learning_rate, 0.99, max(1, round(256 * self.ups))
             rb = spec.config.replay_buffer
             self.buffer = TieredVectorReplayBuffer(rb.capacity, self.num_envs, replay_config=rb, random_seed=spec.seed)
-        net = Net(state_shape=self.obs_dim, action_shape=self.n_actions, hidden_sizes=self.hidden)
+        if spec.task.minatar:  # the MinAtar paper's network, whatever the hidden sizes
+            net = MinAtarQNetwork(probe.observation_space.shape, self.n_actions)
+        else:
+            net = Net(state_shape=self.obs_dim, action_shape=self.n_actions, hidden_sizes=self.hidden)
         net = net.to(hardware.device)  # training.device
         self.policy = DiscreteQLearningPolicy(model=net, action_space=probe.action_space, eps_training=self.eps,
                                               eps_inference=0.0)
