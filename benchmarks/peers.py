@@ -3,7 +3,8 @@ SBX (SB3 rewritten in JAX): which is the fastest way to train an SB3 agent on th
 
 Tasks at RL Zoo's settings (``rlaccel_sb3.train.ZOO``): ``dqn-cartpole`` (DQN CartPole-v1),
 ``sac-pendulum`` and ``td3-pendulum`` (Pendulum-v1), ``sac-halfcheetah`` (SAC HalfCheetah-v5, MuJoCo),
-``ppo-cartpole`` (PPO CartPole-v1, 8 envs). Variants:
+``ppo-cartpole`` (PPO CartPole-v1, 8 envs), ``dqn-minatar-breakout`` (DQN MinAtar/Breakout-v1 at the MinAtar
+paper's recipe and network; the ``minatar`` extra). Variants:
 
 - ``stock``: SB3 as installed, torch's default thread count (the cores);
 - ``stock 1-thread``: the same with ``torch.set_num_threads(1)`` (the report names the better of the two);
@@ -14,7 +15,11 @@ Tasks at RL Zoo's settings (``rlaccel_sb3.train.ZOO``): ``dqn-cartpole`` (DQN Ca
   step: in the first round its steady time includes that, in later rounds the step is in memory;
 - ``drop-in eager``: the drop-in with ``compiled_updates=False`` (where the algorithm has a compiled step);
 - ``drop-in + compiled``: the drop-in with ``compiled_updates=True`` (compiled from the warm-up on);
-- ``SBX``: ``sbx.<ALGO>`` with the same settings (``pip install -e ".[peers]"``; left out when not installed).
+- ``drop-in + channels_last``: the drop-in with ``channels_last=True`` (convolutional policies);
+- ``drop-in + head-only dense``: the drop-in with the sparse/dense schedule training only the output layer on
+  99 of every 100 gradient steps (``sparse_update_interval=100, dense_layers=[-1]``; convolutional policies);
+- ``SBX``: ``sbx.<ALGO>`` with the same settings (``pip install -e ".[peers]"``; left out when not installed,
+  and on tasks whose recipe names a network of its own, which SBX's policies cannot take: MinAtar's).
 
 Every run builds a fresh model, learns a warm-up stretch (past ``learning_starts`` and the first updates,
 so JIT and compilation happen there), then the fixed work, ``--steps`` env steps: the **steady** time is
@@ -53,6 +58,7 @@ from benchmarks import _results
 from rlaccel_plugins.bench.report import machine
 from rlaccel_plugins.bench.speed import ratio_ci
 from rlaccel_plugins.bench.timing import interleaved
+from rlaccel_plugins.tasks import ensure_registered, task_info
 
 
 @dataclass(frozen=True)
@@ -63,14 +69,19 @@ class Task:
     warmup: int  # env steps before it: past learning_starts and a few updates
 
 
-# the drop-in variants' compiled_updates: the default (auto), never, always
-DROP_IN_COMPILED = {"drop-in": "auto", "drop-in eager": False, "drop-in + compiled": True}
+# the drop-in variants' AccelerateCallback arguments: the default (compiled_updates auto), never or always
+# compiled, channels-last convolutions, the sparse/dense schedule on the output layer
+DROP_IN = {"drop-in": {}, "drop-in eager": dict(compiled_updates=False), "drop-in + compiled": dict(compiled_updates=True),
+           "drop-in + channels_last": dict(channels_last=True),
+           "drop-in + head-only dense": dict(sparse_update_interval=100, dense_layers=[-1])}
 TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
          "sac-pendulum": Task("sac", "Pendulum-v1", 3_000, 500),
          "td3-pendulum": Task("td3", "Pendulum-v1", 3_000, 10_500),
          "sac-halfcheetah": Task("sac", "HalfCheetah-v5", 2_000, 10_500),
-         "ppo-cartpole": Task("ppo", "CartPole-v1", 16_384, 2_048)}
-VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "drop-in", "drop-in eager", "drop-in + compiled", "SBX")
+         "ppo-cartpole": Task("ppo", "CartPole-v1", 16_384, 2_048),
+         "dqn-minatar-breakout": Task("dqn", "MinAtar/Breakout-v1", 5_000, 6_000)}
+VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", *DROP_IN, "SBX")
+IMAGE_VARIANTS = ("drop-in + channels_last", "drop-in + head-only dense")  # for convolutional policies only
 COMPILED_ALGOS = tuple(name.lower() for name in COMPILED)  # algorithms with a compiled step (the registry's)
 
 
@@ -84,6 +95,7 @@ def sbx_available() -> bool:
 
 def _model(task: Task, variant: str):
     """The variant's fresh model and its ``learn()`` callback."""
+    ensure_registered(task.env_id)
     settings = zoo_settings(task.algo, task.env_id)
     settings.pop("n_timesteps", None)
     n_envs = settings.pop("n_envs", 1)
@@ -99,7 +111,7 @@ def _model(task: Task, variant: str):
     if variant.startswith("drop-in"):
         if task.algo != "ppo":
             settings.update(replay_buffer_class=TieredReplayBuffer)
-        callback = AccelerateCallback(compiled_updates=DROP_IN_COMPILED[variant])
+        callback = AccelerateCallback(**DROP_IN[variant])
     model = cls("MlpPolicy", _env(task, n_envs), seed=0, device="cpu", **settings)
     if variant == "stock + torch.compile":
         for network in model.policy.children():  # in place: the parameters and state_dict keys stay
@@ -155,7 +167,10 @@ def run_in_new_process(task: Task, variant: str, steps: int, warmup: int) -> dic
 
 
 def variants_for(task: Task, wanted: list[str]) -> list[str]:
-    out = [v for v in wanted if v != "SBX" or sbx_available()]
+    pixels = task_info(task.env_id).minatar  # a recipe with a network of its own, convolutional
+    out = [v for v in wanted if v != "SBX" or (sbx_available() and not pixels)]
+    if not pixels:
+        out = [v for v in out if v not in IMAGE_VARIANTS]
     if task.algo not in COMPILED_ALGOS:
         out = [v for v in out if v not in ("drop-in eager", "drop-in + compiled")]
     if torch.get_num_threads() == 1:

@@ -176,15 +176,11 @@ def checkpoint_size(measure: str, file: str, ours: str, stock: str) -> Figure:
 
 STUDY = RESULTS / "learning"
 PEERS = RESULTS / "peers"
-PEER_TASKS = {"dqn-cartpole": "SB3 DQN CartPole-v1", "sac-pendulum": "SB3 SAC Pendulum-v1",
-              "td3-pendulum": "SB3 TD3 Pendulum-v1", "sac-halfcheetah": "SB3 SAC HalfCheetah-v5",
-              "ppo-cartpole": "SB3 PPO CartPole-v1"}
-
-
-def _peer_task(key: str) -> str:
-    """A peer benchmark section's name: its task's, and what ran beside it ("dqn-cartpole, beside 1 busy process")."""
-    task, comma, rest = key.partition(", ")
-    return PEER_TASKS.get(task, task) + comma + rest
+def _peer_task(key: str, data: dict) -> str:
+    """A peer benchmark section's name, from what its results record (algorithm, env id), and what ran beside
+    it ("dqn-cartpole, beside 1 busy process" → "SB3 DQN CartPole-v1, beside 1 busy process")."""
+    _, comma, rest = key.partition(", ")
+    return f"SB3 {data['algo'].upper()} {data['env_id']}" + comma + rest
 
 
 def _median(values: list[float]) -> float:
@@ -219,7 +215,7 @@ def _peer_file_figures(path: Path, seen: set) -> list[Figure]:
         best = _headline_dropin(data["runs"])
         ratios = data["ratios"]["steady"][best]
         against = [f"{_ci(ratios[key], suffix='x')} {key.split()[1]}'s" for key in ("vs SBX", "vs stock") if key in ratios]
-        out.append(Figure(f"{_peer_task(task)}: learn() time, {best}", "; ".join(against) + " time",
+        out.append(Figure(f"{_peer_task(task, data)}: learn() time, {best}", "; ".join(against) + " time",
                           results["command"], results["machine"].split(",")[0], results["date"],
                           str(path.relative_to(ROOT))))
     return out
@@ -264,7 +260,7 @@ def peers_section() -> str:
             for variant, runs in data["runs"].items():
                 compiled = "".join(f", {event} {seconds:.1f} s" for event, seconds in runs[0].get("compiled", []))
                 steady, e2e = data["ratios"]["steady"][variant], data["ratios"]["end_to_end"][variant]
-                lines.append(f"| {_peer_task(task)} | {variant} | {_median([r['steady'] for r in runs]):.1f} | "
+                lines.append(f"| {_peer_task(task, data)} | {variant} | {_median([r['steady'] for r in runs]):.1f} | "
                              f"{_ci(steady['vs stock'], suffix='x') if 'vs stock' in steady else '—'} | "
                              f"{_ci(steady['vs SBX'], suffix='x') if 'vs SBX' in steady else '—'} | "
                              f"{_median([r['end_to_end'] for r in runs]):.1f} | "
