@@ -247,6 +247,20 @@ def guard_of(optimizer: torch.optim.Optimizer) -> Any:
     return getattr(optimizer.__dict__.get("step"), "rlaccel_guard", None)
 
 
+def built(make: Callable[[], Any], optimizers: Sequence[torch.optim.Optimizer | None]) -> Any:
+    """An adapter's compiled step, ``make()``, or why it cannot be made: the first of ``optimizers`` (None:
+    absent) that :func:`ineligible` refuses with its guard, or the ``ValueError`` of an optimizer that holds
+    other parameters than its network's."""
+    for optimizer in optimizers:
+        reason = ineligible(optimizer, guard_of(optimizer)) if optimizer is not None else None
+        if reason is not None:
+            return reason
+    try:
+        return make()
+    except ValueError as error:
+        return str(error)
+
+
 class CompiledCall:
     """``function`` compiled once per process (TorchInductor with its C++ wrapper; random ops draw from
     torch's generator), called with the same arguments; where compilation fails, one warning and the

@@ -20,8 +20,8 @@ from rlaccel_plugins.fused.compiled_step import (
     AdamOperand,
     CompiledCall,
     adam_state_step,
+    built,
     guard_of,
-    ineligible,
     polyak,
     run_steps_,
     selected,
@@ -57,14 +57,8 @@ class CompiledSACStep:
             return "the actor or critics are not MLPs of Linear/ReLU/Tanh layers on a 1-D Box (or gSDE, or a hook)"
         if model.batch_norm_stats:
             return "batch normalisation statistics"
-        for optimizer in (model.actor.optimizer, model.critic.optimizer, model.ent_coef_optimizer):
-            reason = ineligible(optimizer, guard_of(optimizer)) if optimizer is not None else None
-            if reason is not None:
-                return reason
-        try:
-            return cls(model, actor, critic, target, compile)
-        except ValueError as error:  # an optimizer holding other parameters than the network's
-            return str(error)
+        return built(lambda: cls(model, actor, critic, target, compile),
+                     (model.actor.optimizer, model.critic.optimizer, model.ent_coef_optimizer))
 
     @property
     def failed(self) -> str | None:

@@ -18,8 +18,8 @@ from rlaccel_plugins.fused.compiled_step import (
     AdamOperand,
     CompiledCall,
     adam_state_step,
+    built,
     guard_of,
-    ineligible,
     polyak,
     run_steps_,
 )
@@ -55,14 +55,8 @@ class CompiledTD3Step:
             return "a target network is not its network's shape of MLP"
         if model.actor_batch_norm_stats or model.critic_batch_norm_stats:
             return "batch normalisation statistics"
-        for optimizer in (model.actor.optimizer, model.critic.optimizer):
-            reason = ineligible(optimizer, guard_of(optimizer))
-            if reason is not None:
-                return reason
-        try:
-            return cls(model, actor, critic, actor_target, critic_target, compile)
-        except ValueError as error:  # an optimizer holding other parameters than the network's
-            return str(error)
+        return built(lambda: cls(model, actor, critic, actor_target, critic_target, compile),
+                     (model.actor.optimizer, model.critic.optimizer))
 
     @property
     def failed(self) -> str | None:

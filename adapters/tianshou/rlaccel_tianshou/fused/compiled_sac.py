@@ -18,8 +18,8 @@ from rlaccel_plugins.fused.compiled_step import (
     AdamOperand,
     CompiledCall,
     adam_state_step,
+    built,
     guard_of,
-    ineligible,
     run_steps_,
 )
 from rlaccel_plugins.fused.distributions import normal_log_prob
@@ -68,16 +68,8 @@ class CompiledSACStep:
         if not all(plain_step(o) for o in (sac.critic_optim, sac.critic2_optim, sac.policy_optim)):
             return "an optimizer has a step of its own"
         optimizers = [o._optim for o in (sac.critic_optim, sac.critic2_optim, sac.policy_optim)]
-        if type(sac.alpha) is AutoAlpha:
-            optimizers.append(sac.alpha._optim)
-        for optimizer in optimizers:
-            reason = ineligible(optimizer, guard_of(optimizer))
-            if reason is not None:
-                return reason
-        try:
-            return cls(sac, actor, critics[0][0], [critics[0][1], critics[1][1]], compile)
-        except ValueError as error:  # an optimizer holding other parameters than its network's
-            return str(error)
+        alpha = sac.alpha._optim if type(sac.alpha) is AutoAlpha else None
+        return built(lambda: cls(sac, actor, critics[0][0], [critics[0][1], critics[1][1]], compile), [*optimizers, alpha])
 
     @property
     def failed(self) -> str | None:
