@@ -152,3 +152,11 @@ def test_compiled_updates_true_refuses_what_has_no_compiled_step_and_auto_stays_
     with pytest.raises(ConfigError, match="got DQN: the Q-network is not a Net"):
         SparseDenseWrapper(dueling, config=config(compiled_updates=True))
     assert SparseDenseWrapper(_algorithm(), config=config())._compile is False  # auto: eager on Tianshou
+
+
+def test_compiled_updates_win_over_the_single_kernel_optimizer(uncompiled):
+    """``fused_optimizer: true`` asks for PyTorch's single-kernel Adam, which a compiled step cannot step: with
+    ``compiled_updates: true`` too, the compiled step runs (as SB3's callback does), not the eager update."""
+    algorithm = _algorithm()
+    (run,) = _runs(algorithm, _buffer("vector", algorithm), {"both": dict(compiled_updates=True, fused_optimizer=True)})
+    assert run["ran compiled"]

@@ -119,8 +119,10 @@ def training(wrapper, algorithm, modules: list[torch.nn.Module], obs: np.ndarray
     with contextlib.nullcontext() if is_mode_free(*modules) else torch_train_mode(wrapper):
         attaching = wrapper.updater is not None and not wrapper.updater.attachments
         wrapper._ensure_attached(_FirstBatch(obs, act))
+        # a compiled step writes the optimizer's state itself and refuses a single-kernel (fused=True) optimizer,
+        # so where compiled steps are asked for, the eager steps between them keep the multi-tensor kernels
         kernels = OptimizerKernels([optimizer._optim for optimizer in algorithm._optimizers],
-                                   fused=wrapper.rlaccel_config.training.fused_optimizer)
+                                   fused=wrapper.rlaccel_config.training.fused_optimizer and not wrapper._compile)
         autocast = wrapper._autocast()
         with autocast, kernels:
             if attaching or type(autocast) is not contextlib.nullcontext:
