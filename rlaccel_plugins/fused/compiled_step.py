@@ -317,6 +317,12 @@ class CompiledStep:
     def failed(self) -> str | None:
         return self.call.failed or self.loop.failed
 
+    @property
+    def parameters(self) -> list[torch.Tensor]:
+        """The trained parameters (where one is frozen, on a dense step of the sparse/dense schedule, the caller
+        runs its eager step)."""
+        return self.operand._owners
+
     def __call__(self, *inputs: Any) -> torch.Tensor:
         loss = self.call(self.loss_of, self.operand.tensors(), self.static + inputs, self.operand.hyper,
                          self.operand.update)

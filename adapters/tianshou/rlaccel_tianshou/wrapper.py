@@ -76,7 +76,7 @@ class _SparseDenseMixin:
         self._fused_update = _fused_update(self.wrapped_algorithm, config)
         self._compile = _compiles(self.wrapped_algorithm, config, self._fused_update)
         self._compiled_of = None  # made on the first update (a process's compiled code does not pickle)
-        self.compiled = False  # whether the last update's gradient step ran compiled (set by the update)
+        self.compiled = False  # whether the last update's gradient step ran compiled (compiled_step() sets it)
         # training.channels_last: the algorithm's convolutions in channels-last until detach()
         self._channels_last = ChannelsLast([self.wrapped_algorithm], [
             optimizer._optim for optimizer in self.wrapped_algorithm._optimizers]) if config.training.channels_last else None
@@ -92,12 +92,15 @@ class _SparseDenseMixin:
 
     def compiled_step(self):
         """The compiled gradient step the fused update runs now (``training.compiled_updates``), or None:
-        eager (not asked for, autocast on, or the compiler failed)."""
+        eager (not asked for, autocast on, the compiler failed, or a dense step of the sparse/dense schedule
+        freezes a layer); sets :attr:`compiled`."""
         from rlaccel_tianshou.fused import compiled_steps_for
 
         if self._compile and self._compiled_of is None:
             self._compiled_of = compiled_steps_for(self.wrapped_algorithm)
-        return self._compiled_of() if self._compiled_of is not None else None
+        step = self._compiled_of() if self._compiled_of is not None else None
+        self.compiled = step is not None and all(p.requires_grad for p in step.parameters)
+        return step if self.compiled else None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_compiled_of": None}

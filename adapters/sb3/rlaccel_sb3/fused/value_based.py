@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 from rlaccel_plugins.fused import OptimizerKernels, zero_grad
-from rlaccel_plugins.fused.compiled_step import CompiledStep, guard_of, ineligible
+from rlaccel_plugins.fused.compiled_step import CompiledStep, built, guard_of
 from rlaccel_plugins.fused.flat import apply_layers
 from rlaccel_plugins.fused.kernels import clip_grad_norm
 from rlaccel_plugins.fused.module_cache import new_epoch
@@ -217,12 +217,10 @@ def _compiled_value_step(model, network, target_network, spec_of: Callable, loss
         return f"the target {name} is not the {name}'s shape of MLP (or a hook is registered)"
     if [id(p) for g in optimizer.param_groups for p in g["params"]] != [id(p) for p in params]:
         return f"the optimizer does not hold exactly the {name}'s parameters"
-    guard = guard_of(optimizer)
-    reason = ineligible(optimizer, guard)
-    if reason is not None:
-        return reason
-    return CompiledStep(loss_of, params, optimizer, static=(kinds, *constants, [p.detach() for p in target[1]]),
-                            max_grad_norm=model.max_grad_norm, guard=guard, compile=compile)
+    return built(lambda: CompiledStep(loss_of, params, optimizer, static=(kinds, *constants,
+                                                                         [p.detach() for p in target[1]]),
+                                      max_grad_norm=model.max_grad_norm, guard=guard_of(optimizer), compile=compile),
+                 [optimizer])
 
 
 def dqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:

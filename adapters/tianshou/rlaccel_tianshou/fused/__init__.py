@@ -23,8 +23,9 @@ Tianshou's ``ContinuousActorDeterministic`` / ``ContinuousActorProbabilistic`` a
 ``ContinuousCritic`` critics; with buffers of array observations, ``stack_num=1`` and without
 prioritized replay. Anything else runs Tianshou's own update.
 
-With ``training.compiled_updates: true``, DQN's gradient step (the loss on the n-step returns, backward,
-the clip and the Adam step) runs as one compiled call on the CPU (:func:`compiled_steps_for`; the registry's
+With ``training.compiled_updates: true``, DQN's and SAC's gradient steps (everything after the n-step returns:
+the losses, backward, the clips, the optimizers' steps, SAC's Polyak average) run as one compiled call each on
+the CPU (:func:`compiled_steps_for`; the registry's
 ``compiled`` field says which algorithms have one): equal within a derived tolerance, not bit for bit.
 ``auto`` keeps Tianshou's updates eager: no learning check has been run for them yet.
 """

@@ -150,8 +150,7 @@ def sac_learn(wrapper, sac, buffer, indices: np.ndarray, weight):
     obs_np, act_np, obs, act, weights = _actor_critic_inputs(sac, buffer, indices, weight, returns)
     with training(wrapper, sac, [actor, critic, critic2], obs_np, act_np):
         compiled = wrapper.compiled_step()
-        wrapper.compiled = compiled is not None and all(p.requires_grad for p in compiled.parameters)  # not dense
-        if wrapper.compiled:
+        if compiled is not None:
             critic1_loss, critic2_loss, actor_loss, *tuned = compiled(obs, act, returns, weights)
             alpha_loss = tuned[0].item() if tuned else None
         else:

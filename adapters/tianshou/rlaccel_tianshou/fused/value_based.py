@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlaccel_plugins.fused.compiled_step import CompiledStep, guard_of, ineligible
+from rlaccel_plugins.fused.compiled_step import CompiledStep, built, guard_of
 from rlaccel_plugins.fused.flat import apply_layers
 from rlaccel_tianshou.flat_networks import (
     first_parameter,
@@ -16,7 +16,6 @@ from rlaccel_tianshou.flat_networks import (
     is_mode_free,
     lagged,
     net_spec,
-    parameters_of,
 )
 from rlaccel_tianshou.fused.common import (
     algorithm_step,
@@ -47,8 +46,7 @@ def dqn_learn(wrapper, dqn, buffer, indices: np.ndarray, weight):
     with training(wrapper, dqn, [model], obs, act):
         dqn._periodically_update_lagged_network_weights()
         compiled = wrapper.compiled_step()
-        wrapper.compiled = compiled is not None and all(p.requires_grad for p in parameters_of(model))  # not dense
-        if wrapper.compiled:
+        if compiled is not None:
             weights = () if weight is None or dqn.huber_loss_delta is not None else (weights_of(weight, returns),)
             loss = compiled(as_input(dqn, obs), torch.as_tensor(act, dtype=torch.long, device=returns.device),
                             returns.flatten(), *weights)
@@ -94,12 +92,9 @@ def compiled_dqn_step(dqn, compile: bool = True) -> CompiledStep | str:
     optimizer = dqn.optim._optim
     if [id(p) for g in optimizer.param_groups for p in g["params"]] != [id(p) for p in params]:
         return "the optimizer does not hold exactly the Q-network's parameters"
-    guard = guard_of(optimizer)
-    reason = ineligible(optimizer, guard)
-    if reason is not None:
-        return reason
-    return CompiledStep(_dqn_compiled_loss, params, optimizer, static=(kinds, dqn.huber_loss_delta),
-                        max_grad_norm=dqn.optim._max_grad_norm, guard=guard, compile=compile)
+    return built(lambda: CompiledStep(_dqn_compiled_loss, params, optimizer, static=(kinds, dqn.huber_loss_delta),
+                                      max_grad_norm=dqn.optim._max_grad_norm, guard=guard_of(optimizer),
+                                      compile=compile), [optimizer])
 
 
 def qrdqn_learn(wrapper, qrdqn, buffer, indices: np.ndarray, weight):
