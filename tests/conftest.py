@@ -1,3 +1,11 @@
+import os
+
+# The suite runs on pytest-xdist workers, one per core: with PyTorch's default of one OpenMP thread per core in
+# every worker, libgomp's spin-waits oversubscribe the cores (tests/equivalence/test_sb3_fused.py on 2 workers,
+# 2 cores, same run: 229-329 s with two threads a worker, 47-56 s with one). Set before any test imports torch;
+# a developer's own value is kept, and tests that need two threads set them.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 
 from rlaccel_plugins.plugins import reset_plugin_manager
