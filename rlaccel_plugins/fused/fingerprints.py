@@ -160,8 +160,9 @@ class VerifiedCode:
 
     def unverified(self, key: str) -> str | None:
         """Why the path ``key`` is not verified against the installed framework, or None where it is."""
-        if key not in self.replacements:
-            return None
+        if key not in self.replacements:  # fails closed: a path nobody listed was never checked
+            return (f"rlaccel lists no framework code for {key!r}, so it was never verified against the installed "
+                    f"framework (known: {', '.join(sorted(self.replacements))}). Report it to {REPORT_TO}.")
         record = load_record(self.record_path)
         changed = self.differences(key, record)
         if not changed:

@@ -2,6 +2,7 @@
 
 import json
 
+import gymnasium as gym
 import pytest
 
 from rlaccel_plugins.errors import ConfigError, RlaccelWarning
@@ -71,6 +72,43 @@ def test_changed_framework_code_makes_auto_run_the_framework_and_true_refuse(tmp
         callback_for(True)._fused_train()
     # the lean collection, still verified, is kept
     assert callback_for("auto")._lean_collection()
+
+
+def without(code: VerifiedCode, key: str) -> VerifiedCode:
+    """``code`` as if nobody had listed the framework code of ``key``'s path."""
+    return VerifiedCode({k: r for k, r in code.replacements.items() if k != key}, code.record_path, code.distributions)
+
+
+def test_a_fused_path_nobody_listed_fails_closed_in_both_adapters(monkeypatch, fresh_reports):
+    from rlaccel_sb3 import AccelerateCallback
+    from rlaccel_sb3 import verified as sb3_verified
+    from rlaccel_tianshou import verified as tianshou_verified
+    from rlaccel_tianshou.wrapper import _fused_update
+    from stable_baselines3 import DQN
+    from tianshou.algorithm import DQN as TianshouDQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.utils.net.common import Net
+
+    from rlaccel_plugins.loader import load_config
+
+    assert "update:DQN" in tianshou_verified.CODE.replacements  # derived from the registry
+    monkeypatch.setattr(sb3_verified, "CODE", without(sb3_verified.CODE, "train:DQN"))
+    monkeypatch.setattr(tianshou_verified, "CODE", without(tianshou_verified.CODE, "update:DQN"))
+
+    model = DQN("MlpPolicy", "CartPole-v1", learning_starts=0, train_freq=4, seed=0)
+    callback = AccelerateCallback(preset="off", fused_updates="auto")
+    callback.init_callback(model)
+    with pytest.warns(RlaccelWarning, match=r"running SB3's own update for DQN.*lists no framework code for 'train:DQN'"):
+        assert callback._fused_train() is None
+
+    policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=[16]),
+                                     action_space=gym.spaces.Discrete(2))
+    algorithm = TianshouDQN(policy=policy, optim=AdamOptimizerFactory())
+    with pytest.warns(RlaccelWarning, match=r"running Tianshou's own update for DQN.*'update:DQN'"):
+        assert _fused_update(algorithm, load_config(fused_updates="auto")) is None
+    with pytest.raises(ConfigError, match="fused_updates=true needs Tianshou's code as rlaccel verified it"):
+        _fused_update(algorithm, load_config(fused_updates=True))
 
 
 def test_changed_collector_code_makes_the_lean_collector_tianshou_s_own(tmp_path, monkeypatch, fresh_reports):

@@ -36,16 +36,17 @@ def lean_sample_action_for(model) -> Callable[..., tuple[np.ndarray, np.ndarray]
     """A lean ``_sample_action`` for ``model`` (SB3's signature), or None where there is no tested one
     (another algorithm, or a class that overrides ``_sample_action``, ``predict`` or the policy's
     ``predict``)."""
-    from stable_baselines3 import DQN, SAC, TD3
     from stable_baselines3.common.base_class import BaseAlgorithm
     from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
     from stable_baselines3.common.policies import BasePolicy
 
-    if not isinstance(model, (DQN, SAC, TD3, *_qrdqn())):  # DDPG is a TD3
+    from rlaccel_sb3.fused.registry import lean_collection_entry, q_learning_classes
+
+    if lean_collection_entry(model) is None:
         return None
     if type(model)._sample_action is not OffPolicyAlgorithm._sample_action:
         return None
-    if type(model).predict in _epsilon_greedy_predicts():
+    if type(model).predict in tuple(cls.predict for cls, _ in q_learning_classes()):
         epsilon_greedy = True
     elif type(model).predict is BaseAlgorithm.predict:
         epsilon_greedy = False
@@ -74,20 +75,6 @@ def lean_sample_action_for(model) -> Callable[..., tuple[np.ndarray, np.ndarray]
 
     _sample_action.__doc__ = f"rlaccel's lean {type(model).__name__}._sample_action (same actions, fewer ops)"
     return _sample_action
-
-
-def _qrdqn() -> tuple:
-    try:
-        from sb3_contrib import QRDQN
-    except ImportError:  # sb3-contrib is optional
-        return ()
-    return (QRDQN,)
-
-
-def _epsilon_greedy_predicts() -> tuple:
-    from stable_baselines3 import DQN
-
-    return (DQN.predict, *(cls.predict for cls in _qrdqn()))
 
 
 def _policy_predict(model, epsilon_greedy: bool) -> Callable[[np.ndarray], np.ndarray]:

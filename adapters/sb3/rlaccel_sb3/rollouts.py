@@ -221,19 +221,14 @@ def _lean_target_update_on_step(model) -> Callable | None:
     """DQN / QR-DQN's ``_on_step`` with the Polyak update on parameter lists made once (SB3 lists both
     networks' parameters on every update) in multi-tensor kernels of the same arithmetic; None for other
     algorithms (SAC/TD3/DDPG update their targets in ``train()``) and where a lazy layer has no weights yet."""
-    from stable_baselines3 import DQN
-
     from rlaccel_plugins.fused import polyak_update_
     from rlaccel_plugins.fused.module_cache import has_uninitialized
-    from rlaccel_sb3.collection import _qrdqn
+    from rlaccel_sb3.fused.registry import q_learning_classes
 
-    qrdqn = _qrdqn()
-    if type(model)._on_step is DQN._on_step:
-        online, target = model.q_net, model.q_net_target
-    elif qrdqn and type(model)._on_step is qrdqn[0]._on_step:
-        online, target = model.quantile_net, model.quantile_net_target
-    else:
+    entry = next((a for cls, a in q_learning_classes() if type(model)._on_step is cls._on_step), None)
+    if entry is None or entry.q_networks is None:
         return None
+    online, target = (getattr(model, name) for name in entry.q_networks)
     if has_uninitialized(online, target):
         return None  # a lazy layer not created yet: SB3's own update (its .data of one is empty)
     params, target_params = list(online.parameters()), list(target.parameters())

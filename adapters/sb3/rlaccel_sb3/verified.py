@@ -1,5 +1,5 @@
 """The SB3 code rlaccel's fused updates and lean collection replace or mirror, and the record of the code
-they were verified against (``verified.json``, written by ``python -m rlaccel_plugins.fused.fingerprints
+they were verified against (``verified.json``, written by ``python -m tools.fingerprints
 --update`` after the equivalence tests pass)."""
 
 from __future__ import annotations
@@ -7,18 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlaccel_plugins.fused.fingerprints import Replacement, VerifiedCode
-from rlaccel_sb3.fused.registry import ACTOR_CRITIC_POLICY, ALGORITHMS, SB3
+from rlaccel_sb3.fused.registry import ACTOR_CRITIC_POLICY, ALGORITHMS, OFF_POLICY_COLLECTION, SB3
 
-# each fused train() (its entry in the registry), then the lean collection
+# each fused train() (its entry in the registry), then the lean collection (off-policy: the shared loop and
+# what each algorithm's entry says it mirrors)
 REPLACEMENTS = {r.key: r for r in (
     *(Replacement(a.key, a.replaces) for a in ALGORITHMS),
-    Replacement("collection:off_policy", (
-        f"{SB3}.common.off_policy_algorithm:OffPolicyAlgorithm.collect_rollouts",
-        f"{SB3}.common.off_policy_algorithm:OffPolicyAlgorithm._sample_action",
-        f"{SB3}.common.off_policy_algorithm:OffPolicyAlgorithm._store_transition",
-        f"{SB3}.dqn.dqn:DQN._on_step", f"{SB3}.dqn.dqn:DQN.predict", f"{SB3}.common.policies:BasePolicy.predict",
-        f"{SB3}.dqn.policies:QNetwork._predict", f"{SB3}.sac.policies:Actor.forward",
-        f"{SB3}.common.buffers:ReplayBuffer.add")),
+    Replacement("collection:off_policy", (*OFF_POLICY_COLLECTION, *(t for a in ALGORITHMS for t in a.collects))),
     Replacement("collection:on_policy", (f"{SB3}.common.policies:ActorCriticPolicy.forward", *ACTOR_CRITIC_POLICY)),
 )}
 

@@ -1,8 +1,9 @@
 """The SB3 algorithms rlaccel has a fused update for: one entry each, the one place that says so.
 
 From it come the dispatch (:func:`rlaccel_sb3.fused.trains`), ``SUPPORTED``, the compiled steps
-(:func:`rlaccel_sb3.fused.compiled_unavailable`), the framework code each update is verified against
-(:mod:`rlaccel_sb3.verified`) and the docs' support table. Adding an algorithm is one entry here, its
+(:func:`rlaccel_sb3.fused.compiled_unavailable`), which off-policy algorithms collect lean
+(:mod:`rlaccel_sb3.collection`, :mod:`rlaccel_sb3.rollouts`), the framework code each update and the lean
+collection are verified against (:mod:`rlaccel_sb3.verified`) and the docs' support table. Adding an algorithm is one entry here, its
 builder in the family module, and its equivalence test (docs: Contributing). Strings only: importing this
 imports no framework.
 """
@@ -35,6 +36,10 @@ class FusedAlgorithm:
     framework code the update computes as (fingerprinted in ``verified.json``). ``runs_for``: the
     algorithms that inherit this ``train`` (SB3's DDPG runs TD3's). ``break_even``: the gradient steps a
     ``learn()`` call must plan for ``compiled_updates: auto`` to compile (:func:`rlaccel_sb3.fused.compiled_pays`).
+    ``collects``: for an off-policy algorithm whose collection runs lean, its own code that collection mirrors
+    (empty: SB3's own collection). ``q_networks``: a Q-learning algorithm's online and target network
+    attributes — its ``predict`` is epsilon-greedy and its ``_on_step`` updates the target, as the lean
+    collection does.
     """
 
     name: str
@@ -45,18 +50,25 @@ class FusedAlgorithm:
     compiled: str | None = None
     runs_for: tuple[str, ...] = ()
     break_even: int | None = None
+    collects: tuple[str, ...] = ()
+    q_networks: tuple[str, str] | None = None
 
     @property
     def key(self) -> str:
         """The key of its ``verified.json`` record."""
         return f"train:{self.name}"
 
-    def own_train(self) -> Callable | None:
-        """The framework's ``train`` this replaces, or None when its package is not installed."""
+    def algorithm_class(self) -> type | None:
+        """The framework's class, or None when its package is not installed."""
         try:
-            return getattr(import_module(self.package), self.name).train
+            return getattr(import_module(self.package), self.name)
         except ImportError:
             return None
+
+    def own_train(self) -> Callable | None:
+        """The framework's ``train`` this replaces, or None when its package is not installed."""
+        cls = self.algorithm_class()
+        return cls.train if cls is not None else None
 
     def builder(self, which: str = "build") -> Callable:
         module, _, name = getattr(self, which).partition(":")
@@ -77,22 +89,28 @@ DQN_BREAK_EVEN, QRDQN_BREAK_EVEN, SAC_BREAK_EVEN, TD3_BREAK_EVEN, PPO_BREAK_EVEN
 ALGORITHMS = (
     FusedAlgorithm("DQN", SB3, "value_based", "value_based:dqn_train",
                    (f"{SB3}.dqn.dqn:DQN.train", f"{SB3}.dqn.policies:QNetwork.forward", _RATE, _MODE, *_REPLAY),
-                   compiled="value_based:compiled_dqn_step", break_even=DQN_BREAK_EVEN),
+                   compiled="value_based:compiled_dqn_step", break_even=DQN_BREAK_EVEN,
+                   collects=(f"{SB3}.dqn.dqn:DQN._on_step", f"{SB3}.dqn.dqn:DQN.predict",
+                             f"{SB3}.dqn.policies:QNetwork._predict"), q_networks=("q_net", "q_net_target")),
     FusedAlgorithm("QRDQN", CONTRIB, "value_based", "value_based:qrdqn_train",
                    (f"{CONTRIB}.qrdqn.qrdqn:QRDQN.train", f"{CONTRIB}.qrdqn.policies:QuantileNetwork.forward",
                     f"{CONTRIB}.common.utils:quantile_huber_loss", _RATE, _MODE, *_REPLAY),
-                   compiled="value_based:compiled_qrdqn_step", break_even=QRDQN_BREAK_EVEN),
+                   compiled="value_based:compiled_qrdqn_step", break_even=QRDQN_BREAK_EVEN,
+                   collects=(f"{CONTRIB}.qrdqn.qrdqn:QRDQN._on_step", f"{CONTRIB}.qrdqn.qrdqn:QRDQN.predict",
+                             f"{CONTRIB}.qrdqn.policies:QuantileNetwork._predict"),
+                   q_networks=("quantile_net", "quantile_net_target")),
     FusedAlgorithm("SAC", SB3, "actor_critic", "actor_critic:sac_train",
                    (f"{SB3}.sac.sac:SAC.train", f"{SB3}.sac.policies:Actor.action_log_prob",
                     f"{SB3}.sac.policies:Actor.get_action_dist_params",
                     f"{SB3}.common.distributions:SquashedDiagGaussianDistribution.log_prob",
                     f"{SB3}.common.distributions:SquashedDiagGaussianDistribution.log_prob_from_params",
                     *_CRITIC, _POLYAK, _RATE, _MODE, *_REPLAY),
-                   compiled="compiled_sac:CompiledSACStep.build", break_even=SAC_BREAK_EVEN),
+                   compiled="compiled_sac:CompiledSACStep.build", break_even=SAC_BREAK_EVEN,
+                   collects=(f"{SB3}.sac.policies:Actor.forward",)),
     FusedAlgorithm("TD3", SB3, "actor_critic", "actor_critic:td3_train",
                    (f"{SB3}.td3.td3:TD3.train", f"{SB3}.td3.policies:Actor.forward", *_CRITIC, _POLYAK, _RATE, _MODE,
                     *_REPLAY), compiled="compiled_td3:CompiledTD3Step.build", runs_for=("DDPG",),
-                   break_even=TD3_BREAK_EVEN),
+                   break_even=TD3_BREAK_EVEN, collects=(f"{SB3}.td3.policies:Actor.forward",)),
     FusedAlgorithm("PPO", SB3, "on_policy", "on_policy:ppo_train",
                    (f"{SB3}.ppo.ppo:PPO.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE),
                    compiled="on_policy:compiled_ppo_step", break_even=PPO_BREAK_EVEN),
@@ -104,6 +122,23 @@ ALGORITHMS = (
 # the algorithms with an equivalence-tested fused train(), those that inherit one included
 SUPPORTED = tuple(name for a in ALGORITHMS for name in (a.name, *a.runs_for))
 COMPILED = tuple(a.name for a in ALGORITHMS if a.compiled)
+# the off-policy code every lean collection runs in SB3's place, whatever the algorithm
+OFF_POLICY_COLLECTION = (f"{SB3}.common.off_policy_algorithm:OffPolicyAlgorithm.collect_rollouts",
+                         f"{SB3}.common.off_policy_algorithm:OffPolicyAlgorithm._sample_action",
+                         f"{SB3}.common.off_policy_algorithm:OffPolicyAlgorithm._store_transition",
+                         f"{SB3}.common.policies:BasePolicy.predict", f"{SB3}.common.buffers:ReplayBuffer.add")
+
+
+def lean_collection_entry(model) -> FusedAlgorithm | None:
+    """The entry whose off-policy lean collection ``model`` gets (its class or an ancestor's; DDPG is a TD3),
+    or None where it collects as SB3 does."""
+    return next((a for a in ALGORITHMS if a.collects and (cls := a.algorithm_class()) is not None
+                 and isinstance(model, cls)), None)
+
+
+def q_learning_classes() -> tuple[tuple[type, FusedAlgorithm], ...]:
+    """The installed Q-learning classes (epsilon-greedy ``predict``, target update in ``_on_step``), with their entries."""
+    return tuple((cls, a) for a in ALGORITHMS if a.q_networks and (cls := a.algorithm_class()) is not None)
 
 
 def support_markdown() -> str:

@@ -1,8 +1,8 @@
 """The Tianshou algorithms rlaccel has a fused update for: one entry each, the one place that says so.
 
 From it come the dispatch (:func:`rlaccel_tianshou.fused.fused_update_for`, :func:`rlaccel_tianshou.fused.learns`),
-which algorithms have a compiled step (:func:`rlaccel_tianshou.fused.compiled_unavailable`), ``SUPPORTED``
-and the docs' support table. Each entry names its family module's learning step and its
+which algorithms have a compiled step (:func:`rlaccel_tianshou.fused.compiled_unavailable`), ``SUPPORTED``,
+the framework code each update is verified against (:mod:`rlaccel_tianshou.verified`) and the docs' support table. Each entry names its family module's learning step and its
 eligibility check (which networks and policies the update covers; anything else runs Tianshou's own).
 Strings only: importing this imports no framework.
 """
@@ -13,6 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 
+ALGO, NET = "tianshou.algorithm", "tianshou.utils.net"
+_BASE = (f"{ALGO}.algorithm_base:Algorithm._update", f"{ALGO}.algorithm_base:OffPolicyAlgorithm.update",
+         f"{ALGO}.algorithm_base:Algorithm.compute_nstep_return", f"{ALGO}.algorithm_base:_nstep_return",
+         "tianshou.data.buffer.buffer_base:ReplayBuffer.sample_indices", f"{NET}.common:Net.forward")
+_Q = (f"{ALGO}.modelfree.dqn:QLearningOffPolicyAlgorithm._preprocess_batch",
+      f"{ALGO}.modelfree.dqn:QLearningOffPolicyAlgorithm._periodically_update_lagged_network_weights",
+      f"{ALGO}.modelfree.dqn:DiscreteQLearningPolicy.forward")
+_AC = (f"{ALGO}.modelfree.ddpg:ActorCriticOffPolicyAlgorithm._minimize_critic_squared_loss",
+       f"{ALGO}.modelfree.ddpg:ActorCriticOffPolicyAlgorithm._target_q",
+       f"{ALGO}.modelfree.ddpg:ActorCriticOffPolicyAlgorithm._preprocess_batch",
+       f"{NET}.continuous:ContinuousCritic.forward")
+
 
 @dataclass(frozen=True)
 class FusedAlgorithm:
@@ -20,7 +32,8 @@ class FusedAlgorithm:
 
     ``learn`` and ``eligible`` name ``module:function`` in ``rlaccel_tianshou.fused``: ``learn(wrapper,
     algorithm, buffer, indices, weight, ...)`` and ``eligible(algorithm) -> bool``; ``covers`` says in words
-    what ``eligible`` accepts. ``compiled`` names its compiled gradient step's builder the same way,
+    what ``eligible`` accepts. ``replaces``: the Tianshou code the update computes as (fingerprinted in
+    ``verified.json``). ``compiled`` names its compiled gradient step's builder the same way,
     ``compiled(algorithm, compile=True) -> CompiledStep | str`` (why not), or is None where it has none.
     """
 
@@ -29,8 +42,14 @@ class FusedAlgorithm:
     learn: str
     eligible: str
     covers: str
+    replaces: tuple[str, ...]
     on_policy: bool = False
     compiled: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The key of its ``verified.json`` record."""
+        return f"update:{self.name}"
 
     def algorithm_class(self) -> type:
         return getattr(import_module("tianshou.algorithm"), self.name)
@@ -42,18 +61,33 @@ class FusedAlgorithm:
 
 ALGORITHMS = (
     FusedAlgorithm("DQN", "value_based", "value_based:dqn_learn", "value_based:dqn_eligible", "on a Tianshou Net",
+                   (f"{ALGO}.modelfree.dqn:DQN._update_with_batch", f"{ALGO}.modelfree.dqn:DQN._target_q", *_Q, *_BASE),
                    compiled="value_based:compiled_dqn_step"),
     FusedAlgorithm("QRDQN", "value_based", "value_based:qrdqn_learn", "value_based:qrdqn_eligible",
-                   "on a Tianshou Net"),
+                   "on a Tianshou Net", (f"{ALGO}.modelfree.qrdqn:QRDQN._update_with_batch",
+                                         f"{ALGO}.modelfree.qrdqn:QRDQN._target_q", *_Q, *_BASE)),
     FusedAlgorithm("DDPG", "actor_critic", "actor_critic:ddpg_learn", "actor_critic:ddpg_eligible",
-                   "Tianshou's deterministic actor and critic on Nets"),
+                   "Tianshou's deterministic actor and critic on Nets",
+                   (f"{ALGO}.modelfree.ddpg:DDPG._update_with_batch", f"{ALGO}.modelfree.ddpg:DDPG._target_q_compute_action",
+                    *_AC, *_BASE)),
     FusedAlgorithm("TD3", "actor_critic", "actor_critic:td3_learn", "actor_critic:td3_eligible",
-                   "Tianshou's deterministic actor and twin critics on Nets"),
+                   "Tianshou's deterministic actor and twin critics on Nets",
+                   (f"{ALGO}.modelfree.td3:TD3._update_with_batch", f"{ALGO}.modelfree.td3:TD3._target_q_compute_action",
+                    *_AC, *_BASE)),
     FusedAlgorithm("SAC", "actor_critic", "actor_critic:sac_learn", "actor_critic:sac_eligible",
                    "Tianshou's probabilistic actor and twin critics on Nets, fixed or auto-tuned alpha",
+                   (f"{ALGO}.modelfree.sac:SAC._update_with_batch", f"{ALGO}.modelfree.sac:SAC._target_q_compute_value",
+                    f"{ALGO}.modelfree.sac:SACPolicy.forward", f"{ALGO}.modelfree.sac:correct_log_prob_gaussian_tanh",
+                    *_AC, *_BASE),
                    compiled="compiled_sac:compiled_sac_step"),
     FusedAlgorithm("PPO", "on_policy", "on_policy:ppo_learn", "on_policy:ppo_eligible",
-                   "Tianshou's discrete or continuous actor and critic on Nets", on_policy=True),
+                   "Tianshou's discrete or continuous actor and critic on Nets",
+                   (f"{ALGO}.modelfree.ppo:PPO._update_with_batch", f"{ALGO}.modelfree.ppo:PPO._preprocess_batch",
+                    f"{ALGO}.modelfree.a2c:ActorCriticOnPolicyAlgorithm._add_returns_and_advantages",
+                    f"{ALGO}.modelfree.reinforce:ProbabilisticActorPolicy.forward",
+                    f"{ALGO}.algorithm_base:OnPolicyAlgorithm.update", f"{ALGO}.algorithm_base:Algorithm._update",
+                    f"{ALGO}.algorithm_base:Algorithm.compute_episodic_return", f"{NET}.common:Net.forward"),
+                   on_policy=True),
 )
 
 SUPPORTED = tuple(f"{a.name} ({a.covers})" for a in ALGORITHMS)
