@@ -213,9 +213,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=100_000, help="env-step cap")
+    parser.add_argument("--steps", type=int, default=100_000, help="env steps to train (default 100,000)")
     parser.add_argument("--seed", type=int, default=0, help="the run's seed (default 0): the same seed, the same run")
-    parser.add_argument("--eval-freq", type=int, default=2_000, help="env steps between evaluations")
+    parser.add_argument("--eval-freq", type=int, default=2_000, help="env steps between evaluations (default 2,000)")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
 
 

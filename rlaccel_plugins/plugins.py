@@ -7,7 +7,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,8 @@ class AdapterSpec:
             ``TrainSpec``, for ``rlaccel train`` (optional; the core's template runs it).
         export: ``"module:function"`` implementing ``export(model_path, onnx_path) -> dict`` for
             ``rlaccel export`` (optional).
+        algos: what ``rlaccel train --algo`` may name, each ``"module:Class"`` (imported only when
+            used): checked before the framework is imported.
         verified: ``"module:attribute"`` naming the adapter's
             :class:`~rlaccel_plugins.fused.fingerprints.VerifiedCode`: the framework methods its fused and
             lean paths replace or mirror, and the record of the code they were verified against (optional).
@@ -51,11 +53,33 @@ class AdapterSpec:
     train: str | None = None
     export: str | None = None
     verified: str | None = None
+    algos: Mapping[str, str] = field(default_factory=dict)
     unavailable_reason: str | None = field(default=None, init=False)
 
     @property
     def available(self) -> bool:
         return self.unavailable_reason is None
+
+    def check_algo(self, algo: str, elsewhere: str = "") -> None:
+        """Refuse an ``algo`` ``rlaccel train`` cannot build with this adapter, before the framework is imported
+        (``elsewhere``: the adapter that can, for the hint).
+
+        Examples:
+            >>> AdapterSpec("x", "x", "", "", algos={"dqn": "m:DQN"}).check_algo("dqnn")
+            Traceback (most recent call last):
+            ...
+            rlaccel_plugins.errors.ConfigError: algo must be one of ['dqn'] for --framework x, got algo='dqnn'. Did you mean 'dqn'?
+        """
+        if algo not in self.algos:
+            hint = f" Use --framework {elsewhere} for it." if elsewhere else did_you_mean(algo, self.algos)
+            raise ConfigError(f"algo must be one of {sorted(self.algos)} for --framework {self.name}, got "
+                              f"algo={algo!r}.{hint}")
+
+    def algo_class(self, algo: str) -> type:
+        """The class ``algo`` names (see :meth:`check_algo`)."""
+        self.check_algo(algo)
+        module, _, name = self.algos[algo].partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def load(self, entry: str = "accelerate") -> Callable[..., Any]:
         """Import the adapter object named by ``entry`` (``"accelerate"``, ``"train"``, ``"export"`` or
@@ -82,6 +106,11 @@ class AdapterRegistry:
             spec.unavailable_reason = f"{spec.framework} is not installed"
             logger.info("rlaccel: skipping adapter %r: %s", spec.name, spec.unavailable_reason)
         self._adapters[spec.name] = spec
+
+    def check_algo(self, name: str, algo: str) -> None:
+        """:meth:`AdapterSpec.check_algo` of adapter ``name``, naming another adapter that builds ``algo``."""
+        elsewhere = next((other for other, spec in self._adapters.items() if other != name and algo in spec.algos), "")
+        self.get(name).check_algo(algo, elsewhere)
 
     def get(self, name: str) -> AdapterSpec:
         if name not in self._adapters:

@@ -272,6 +272,9 @@ def run_training(spec: TrainSpec) -> TrainResult:
     from rlaccel_plugins.plugins import get_plugin_manager
     from rlaccel_plugins.progress import TrainingProgress
 
+    adapters = get_plugin_manager().adapters
+    adapters.check_algo(spec.framework, spec.algo)  # before any framework import
+    adapter = adapters.get(spec.framework)
     check_env_id(spec.env_id)
     if spec.ray is not None:
         from rlaccel_plugins.parallel.ray_actors import require_ray
@@ -279,7 +282,6 @@ def run_training(spec: TrainSpec) -> TrainResult:
         require_ray()  # fail before building anything, saying how to install it
     if spec.resume:
         _find_resume_point(spec)
-    adapter = get_plugin_manager().adapters.get(spec.framework)
     run = None
     try:
         # only a run with a --logdir can checkpoint; without one a signal keeps its usual effect

@@ -105,12 +105,29 @@ def test_fuzzed_add_and_sample_raise_only_documented_errors(adds, batch):
     (["--eval-freq", "-1"], "--eval-freq must be a positive integer"),
     (["--seed", "-1"], "--seed must be an integer >= 0"),
     (["--stock", "--preset", "atari"], "--preset must not be given with --stock"),
-    (["--framework", "tianshou", "--algo", "ppo"], "algo must be 'dqn' for --framework tianshou"),
+    (["--framework", "tianshou", "--algo", "ppo"], ("algo must be one of ['dqn'] for --framework tianshou, got "
+                                                   "algo='ppo'. Use --framework sb3 for it.")),
+    (["--algo", "dqnn"], ("algo must be one of ['a2c', 'ddpg', 'dqn', 'ppo', 'qrdqn', 'sac', 'td3'] for --framework "
+                          "sb3, got algo='dqnn'. Did you mean 'dqn'?")),
 ])
 def test_command_line_mistakes_are_one_line_errors(args, fragment, tmp_path, capsys):
     code = main(["train", "--logdir", str(tmp_path / "run"), "--no-progress", *args])
     err = capsys.readouterr().err
     assert code == 2 and fragment in err and "Traceback" not in err
+
+
+def test_an_unknown_algorithm_is_refused_before_any_framework_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    check = ("import sys; from rlaccel_plugins.cli import main; "
+             "code = main(['train', '--algo', 'dqnn', '--no-progress', '--logdir', 'run']); "
+             "heavy = sorted(m for m in ('torch', 'stable_baselines3', 'tianshou', 'gymnasium', 'envpool') if m in sys.modules); "
+             "print(code, heavy)")
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         check=False)
+    assert out.stdout.strip() == "2 []", out.stdout + out.stderr
+    assert "Did you mean 'dqn'?" in out.stderr and not (tmp_path / "run").exists()
 
 
 def test_a_logdir_that_is_a_file_is_refused(tmp_path, capsys):

@@ -170,14 +170,18 @@ def test_where_a_compiled_step_cannot_run_the_reason_is_named():
 
 
 def test_compiled_updates_true_refuses_a_model_it_cannot_compile():
+    import rlaccel_sb3
     from rlaccel_sb3 import AccelerateCallback
     from stable_baselines3 import PPO
 
     from rlaccel_plugins.errors import ConfigError
 
     model = PPO("MlpPolicy", "Pendulum-v1", use_sde=True, n_steps=16, batch_size=16)
-    with pytest.raises(ConfigError, match="compiled_updates"):
+    fix = r"Fix: compiled_updates='auto' \(in YAML, compiled_updates: auto\)"
+    with pytest.raises(ConfigError, match=r"compiled_updates must be 'auto' or False.*gSDE.*" + fix):
         model.learn(16, callback=AccelerateCallback(compiled_updates=True))
+    with pytest.raises(ConfigError, match="gSDE"):  # accelerate() knows the model: it refuses at once
+        rlaccel_sb3.accelerate(model, compiled_updates=True)
 
 
 def test_the_drop_in_works_on_a_policy_the_user_compiled():

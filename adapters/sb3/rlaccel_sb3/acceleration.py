@@ -16,7 +16,8 @@ from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.loader import load_config
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_sb3.buffers import TieredBufferMixin, TieredDictReplayBuffer, TieredReplayBuffer
-from rlaccel_sb3.callback import AccelerateCallback
+from rlaccel_sb3.callback import AccelerateCallback, refuse_uncompilable
+from rlaccel_sb3.fused import trains
 
 logger = logging.getLogger("rlaccel")
 
@@ -63,6 +64,8 @@ def accelerate(model: BaseAlgorithm, preset: str | None = None, *, tiered_replay
     if model in _SWAPS:
         restore(model)
     config = load_config(preset=preset, **overrides)
+    if trains().get(type(model).train) is not None:
+        refuse_uncompilable(model, config)  # now, not at learn()
     original = getattr(model, "replay_buffer", None)
     swapped = tiered_replay and isinstance(original, ReplayBuffer) and not isinstance(original, TieredBufferMixin)
     if swapped and type(original) not in SWAPPABLE:

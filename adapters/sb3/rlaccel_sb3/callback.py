@@ -345,20 +345,32 @@ class AccelerateCallback(SparseDenseCallback):
         return methods if lean is not None else {}
 
     def _fused_train(self):
-        from rlaccel_plugins.errors import ConfigError
         from rlaccel_plugins.fused.selection import select_fused
-        from rlaccel_sb3.fused import SUPPORTED, compiled_unavailable, fused_train_for
+        from rlaccel_sb3.fused import SUPPORTED, fused_train_for
         from rlaccel_sb3.verified import CODE, train_key
 
         training = self.config.training
         self.compiled = self._compiled_setting()
         fused = fused_train_for(self.model, guard=self.guard, fused_optimizer=training.fused_optimizer,
                                 compiled=self.compiled)
-        if training.compiled_updates is True and fused is not None:
-            reason = compiled_unavailable(self.model)
-            if reason is not None:
-                raise ConfigError(f"compiled_updates must be auto or false for this model, got compiled_updates=True: "
-                                  f"{reason}. Fix: compiled_updates: auto compiles where it can.")
+        if fused is not None:
+            refuse_uncompilable(self.model, self.config)
         return select_fused(self.config.training.fused_updates, fused,
                             algorithm=type(self.model).__name__, framework="SB3", supported=SUPPORTED,
                             unverified=CODE.unverified(train_key(self.model)) if fused is not None else None)
+
+
+def refuse_uncompilable(model, config) -> None:
+    """A ``ConfigError`` where ``training.compiled_updates`` is ``True`` and ``model``'s gradient steps cannot run
+    compiled (:func:`rlaccel_sb3.fused.compiled_unavailable`): ``accelerate()`` calls it at once, the callback
+    at ``learn()``."""
+    from rlaccel_plugins.errors import ConfigError
+    from rlaccel_sb3.fused import compiled_unavailable
+
+    if config.training.compiled_updates is not True:
+        return
+    reason = compiled_unavailable(model)
+    if reason is not None:
+        raise ConfigError(f"compiled_updates must be 'auto' or False for this model, got compiled_updates=True: "
+                          f"{reason}. Fix: compiled_updates='auto' (in YAML, compiled_updates: auto) compiles where "
+                          "it can and runs the eager fused update elsewhere.")

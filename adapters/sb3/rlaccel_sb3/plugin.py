@@ -17,6 +17,10 @@ def rlaccel_register_adapters(registry: Any) -> None:
         supports="Stable-Baselines3 / sb3-contrib models (BaseAlgorithm)",
         accelerate="rlaccel_sb3.acceleration:accelerate", train="rlaccel_sb3.train:Sb3Training",
         export="rlaccel_sb3.export:export", verified="rlaccel_sb3.verified:CODE",
+        algos={name.lower(): f"{package}:{name}" for package, name in (
+            ("stable_baselines3", "DQN"), ("sb3_contrib", "QRDQN"), ("stable_baselines3", "SAC"),
+            ("stable_baselines3", "TD3"), ("stable_baselines3", "DDPG"), ("stable_baselines3", "PPO"),
+            ("stable_baselines3", "A2C"))},
         install_hint='Install it with: pip install "rlaccel-plugins[sb3]"'))
 
 

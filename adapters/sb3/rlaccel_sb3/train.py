@@ -22,14 +22,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from sb3_contrib import QRDQN
-from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
+from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from rlaccel_plugins.cadence import EnvStepCadence
 from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
+from rlaccel_plugins.plugins import get_plugin_manager
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
 from rlaccel_plugins.tasks import task_info
 from rlaccel_plugins.training import (
@@ -44,8 +44,6 @@ from rlaccel_sb3.buffers import TieredReplayBuffer
 from rlaccel_sb3.callback import AccelerateCallback, SparseDenseCallback
 from rlaccel_sb3.envs import make_env
 from rlaccel_sb3.extractors import MinAtarCNN
-
-ALGOS = {"dqn": DQN, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "ddpg": DDPG, "ppo": PPO, "a2c": A2C}
 
 
 def _linear(start: float):
@@ -101,9 +99,7 @@ def zoo_settings(algo: str, env_id: str) -> dict[str, Any]:
 
 def build(spec: TrainSpec):
     """The model and its extra callbacks for ``spec``."""
-    if spec.algo not in ALGOS:
-        raise ConfigError(f"algo must be one of {sorted(ALGOS)}, got algo={spec.algo!r}.")
-    cls = ALGOS[spec.algo]
+    cls = get_plugin_manager().adapters.get("sb3").algo_class(spec.algo)
     kwargs = zoo_settings(spec.algo, spec.env_id)
     zoo_steps = kwargs.pop("n_timesteps", spec.steps)
     n_envs = kwargs.pop("n_envs", 1)

@@ -17,6 +17,7 @@ def rlaccel_register_adapters(registry: Any) -> None:
         supports="Tianshou 2.0 algorithms (tianshou.algorithm.Algorithm)",
         accelerate="rlaccel_tianshou.acceleration:accelerate", train="rlaccel_tianshou.train:TianshouTraining",
         export="rlaccel_tianshou.export:export", verified="rlaccel_tianshou.verified:CODE",
+        algos={"dqn": "tianshou.algorithm:DQN"},
         install_hint='Install it with: pip install "rlaccel-plugins[tianshou]"'))
 
 

@@ -25,7 +25,6 @@ from tianshou.trainer import OffPolicyTrainerParams
 from tianshou.utils.net.common import Net
 
 from rlaccel_plugins.cadence import EnvStepCadence
-from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.metrics import FpsMeter, collect_metrics
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
@@ -47,9 +46,6 @@ class TianshouTraining:
     or Ray mode, ``save`` writes ``algorithm.pt`` and the ``model.json`` that ``rlaccel export`` reads."""
 
     def __init__(self, spec: TrainSpec) -> None:
-        if spec.algo != "dqn":
-            raise ConfigError(f"algo must be 'dqn' for --framework tianshou, got algo={spec.algo!r}. "
-                            "Use --framework sb3 for the other algorithms.")
         self.spec = spec
         torch.manual_seed(spec.seed)
         np.random.seed(spec.seed)
