@@ -200,6 +200,11 @@ class CheckpointSchedule:
         self._last = self.clock()
         self._wait = min(self.every_seconds, FIRST_TIMED_SECONDS)
 
+    @property
+    def enabled(self) -> bool:
+        """Whether it checkpoints at all (then a finished run also checkpoints at its end)."""
+        return bool(self.every or self.every_seconds)
+
     def due(self, env_steps: int) -> str | None:
         """``"signal"``, ``"periodic"``, ``"timed"`` or None; an answer restarts the timer."""
         if self.stop is not None and self.stop.received is not None:

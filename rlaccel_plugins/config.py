@@ -285,7 +285,8 @@ class MonitoringConfig:
 @dataclass(frozen=True)
 class CheckpointConfig:
     """``checkpoint:`` — crash-safe checkpoints: every ``every_steps`` env steps and every
-    ``every_seconds`` of wall time (0 turns either off), and on SIGTERM/SIGINT."""
+    ``every_seconds`` of wall time (0 turns either off), on SIGTERM/SIGINT, and at the end of a run that
+    checkpoints at all."""
 
     every_steps: int = 0
     """Checkpoint every N env steps (0: off)."""

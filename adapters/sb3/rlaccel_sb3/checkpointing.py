@@ -70,6 +70,11 @@ class Checkpoints:
             self.save(model)
         return due != "signal"
 
+    def finish(self, model) -> None:
+        """The end of training: a last checkpoint, at the final step, where checkpoints are on."""
+        if self.store is not None and self.schedule.enabled and (self.last is None or self.last.step != model.num_timesteps):
+            self.save(model)
+
     def save(self, model) -> Checkpoint:
         state = {"clock": self.clock.state(), "sparse": self.sparse.state_dict() if self.sparse else None,
                  "rng": rng_state()}

@@ -159,20 +159,22 @@ class _EvalAndProgress(BaseCallback):
 
     def _on_step(self) -> bool:
         steps = self.num_timesteps
+        # SB3 collects whole train_freq rounds (5,000 asked at 256 a round: 5,120); the run stops at the steps asked
+        keep_going = steps < self.spec.steps
         if self.n_calls % 32 == 0:
             rewards = [ep["r"] for ep in self.model.ep_info_buffer] if self.model.ep_info_buffer else []
             counts = self.sparse.stats if self.sparse is not None else {}
             self.progress.update(steps, reward=float(np.mean(rewards)) if rewards else None,
                                  full=counts.get("full_updates"), dense=counts.get("dense_updates"))
         if not self.cadence.due(steps):
-            return True
+            return keep_going
         mean = self.clock.evaluate(steps, lambda: evaluate_policy(
             self.model, self.eval_env, n_eval_episodes=self.spec.eval_episodes, deterministic=True)[0])
         self.progress.update(steps, eval=mean)
         if self.logger is not None:
             self.logger.record("eval/mean_reward", mean)
         threshold = self.spec.threshold
-        return threshold is None or mean < threshold
+        return keep_going and (threshold is None or mean < threshold)
 
 
 def gradient_steps(model) -> int:
@@ -273,6 +275,8 @@ class Sb3Training:
             learn_async(model, remaining, callback=callback, sync_interval=spec.config.training.sync_interval)
         elif remaining:
             model.learn(remaining, callback=callback, reset_num_timesteps=resumed is None)
+        if spec.stop is None or spec.stop.received is None:
+            checkpoints.finish(model)
         last = checkpoints.last
         buffer = getattr(model, "replay_buffer", None)
         engine = getattr(buffer, "engine", None)  # rlaccel's tiered buffer; SB3's own has none

@@ -78,6 +78,11 @@ class Checkpoints:
         if due == "signal":
             raise StoppedBySignal(self.spec.stop.received)
 
+    def finish(self, env_steps: int, extra: dict[str, Any] | None = None) -> None:
+        """The end of training: a last checkpoint, at the final step, where checkpoints are on."""
+        if self.store is not None and self.schedule.enabled and (self.last is None or self.last.step != env_steps):
+            self.save(env_steps, extra)
+
     def save(self, env_steps: int, extra: dict[str, Any] | None = None) -> Checkpoint:
         state = {"env_steps": env_steps, "clock": self.clock.state(), **(extra or {}),
                  "rng": rng_state()}

@@ -114,6 +114,7 @@ class TianshouTraining:
                 env_steps = _learn_async(run, buffer, batch, ups, eval_collector)
             else:
                 env_steps = _train_sync(run, algorithm, training_collector, eval_collector, batch, ups)
+            checkpoints.finish(env_steps, {"eps_training": policy.eps_training})
         except StoppedBySignal:
             env_steps = checkpoints.last.step
         finally:
