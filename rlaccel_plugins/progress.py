@@ -1,7 +1,8 @@
 """A live progress line for training: env steps, fps, recent reward, full/dense updates, ETA.
 
-Uses rich when installed, a plain periodic line otherwise. A broken terminal (closed, killed
-progress bar) disables the display; it never stops training.
+Uses rich on a terminal, a plain line every ``log_interval`` seconds otherwise (a log file, a pipe, CI: rich
+would show nothing there until the end). A broken terminal (closed, killed progress bar) disables the
+display; it never stops training.
 """
 
 from __future__ import annotations
@@ -19,10 +20,19 @@ class TrainingProgress:
         ...     p.update(50, reward=10.0, full=1, dense=9)
         >>> p.steps
         50
+        >>> import sys
+        >>> sys.stderr = sys.stdout  # a pipe or a log file, as doctest's output is: a plain line
+        >>> with TrainingProgress(total=100, label="demo", interval=0, log_interval=0) as p:
+        ...     p.update(50, reward=10.0)  # doctest: +ELLIPSIS
+        demo: 50/100 steps | ... fps | reward 10.0
+        demo: 50/100 steps | ... fps | reward 10.0
+        >>> sys.stderr = sys.__stderr__
     """
 
-    def __init__(self, total: int, label: str = "", enabled: bool = True, interval: float = 0.5) -> None:
+    def __init__(self, total: int, label: str = "", enabled: bool = True, interval: float = 0.5,
+                 log_interval: float = 10.0) -> None:
         self.total, self.label, self.enabled, self.interval = total, label, enabled, interval
+        self.log_interval = log_interval
         self.steps = 0
         self.fields: dict[str, Any] = {}
         self._start = time.perf_counter()
@@ -31,13 +41,18 @@ class TrainingProgress:
         self._task: Any = None
 
     def __enter__(self) -> TrainingProgress:  # noqa: PYI034 - typing.Self needs Python 3.11
-        if self.enabled:
+        if not (self.enabled and sys.stderr.isatty()):
+            self.interval = max(self.interval, self.log_interval)  # plain lines, not one every half second
+        else:
             try:
+                from rich.console import Console
                 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-                self._rich = Progress(TextColumn("{task.description}"), BarColumn(),
+                # steps and ETA first: a narrow (80-column) terminal cuts the line's end, which holds the details
+                self._rich = Progress(TextColumn("{task.description}"),
                                       TextColumn("{task.completed:>9,.0f}/{task.total:,.0f} steps"),
-                                      TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=False)
+                                      TimeRemainingColumn(), BarColumn(bar_width=16), TextColumn("{task.fields[info]}"),
+                                      console=Console(stderr=True), transient=False)
                 self._rich.start()
                 self._task = self._rich.add_task(self.label, total=self.total, info="")
             except Exception:  # noqa: BLE001 - rich missing or no usable terminal: plain lines
@@ -78,9 +93,11 @@ class TrainingProgress:
             print(f"{self.label}: {self.steps:,}/{self.total:,} steps | {self._info(now)}", file=sys.stderr, flush=True)
 
     def __exit__(self, *exc: object) -> None:
-        if self._rich is not None:
-            try:
-                self._draw(time.perf_counter())
+        if not self.enabled:
+            return
+        try:  # the final state, on a terminal and in a log alike
+            self._draw(time.perf_counter())
+            if self._rich is not None:
                 self._rich.stop()
-            except Exception:  # noqa: BLE001, S110 - the run is over; a broken display must not fail it
-                pass
+        except Exception:  # noqa: BLE001, S110 - the run is over; a broken display must not fail it
+            pass

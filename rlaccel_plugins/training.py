@@ -297,7 +297,9 @@ def run_training(spec: TrainSpec) -> TrainResult:
                 spec.save(Path(spec.logdir) / "spec.json")
             run = start_wandb(spec) if spec.wandb else None
             clock = EvalClock()
-            result = _result(spec, training, clock, training.learn(progress, clock))
+            learned = training.learn(progress, clock)
+            progress.steps = learned.env_steps  # the final line shows where the run ended
+            result = _result(spec, training, clock, learned)
     finally:
         if run is not None:
             run.finish()
