@@ -3,8 +3,9 @@
     python examples/sb3_dqn_cartpole.py [--steps 50000] [--seed 0]
 
 The rlaccel lines are marked; remove them and this is RL Zoo's DQN CartPole run. What they change:
-the replay buffer (tiered: 5,000 newest transitions sampled at 30%, the rest of the 100,000 at 70%)
-and the callback's metrics. What they do not change: RL Zoo's batch size, learning rate and update
+the replay buffer (tiered storage: the 5,000 newest transitions and the rest of the 100,000 as two levels,
+reported in the metrics; batches drawn uniformly from all of them, as SB3 draws, since the preset samples
+uniformly), the fused update and the callback's metrics. What they do not change: RL Zoo's batch size, learning rate and update
 cadence (the preset's own, which `rlaccel train` uses, apply only where rlaccel builds the agent),
 and every update stays full (the preset turns sparse/dense off: it saves nothing on this MLP).
 """

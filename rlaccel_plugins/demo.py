@@ -111,7 +111,7 @@ def run_demo(seeds: int = 5, steps: int = 30_000, out: str = "demo-results", wor
     (out_dir / "results.md").write_text(text)
     (out_dir / "results.json").write_text(json.dumps({"speed": speed, "stats": stats, "sentence": sentence,
                                                       "host": host, "unsteady_host": unsteady}, indent=2, default=str))
-    plots = plot(records, {"tasks": {task.key: stats["tasks"][task.key]}}, out_dir)
+    plot(records, {"tasks": {task.key: stats["tasks"][task.key]}}, out_dir)
     print("\n" + text)
-    print("written: " + ", ".join(str(p) for p in [out_dir / "results.md", out_dir / "results.json", *plots]))
+    print(f"written to {out_dir}: " + ", ".join(sorted(p.name for p in out_dir.iterdir() if p.is_file())))
     return {"speed": speed, "stats": stats, "sentence": sentence, "unsteady_host": unsteady}

@@ -360,13 +360,29 @@ def _result(spec: TrainSpec, training: TrainingRun, clock: EvalClock, learned: L
         result.stopped_by_signal = spec.stop.received
         return result  # the checkpoint is the state to resume from; the final save is for finished runs
     if spec.logdir:
-        import yaml
-
         out = Path(spec.logdir)
         out.mkdir(parents=True, exist_ok=True)
         result.model_path = str(training.save(out))
-        (out / "rlaccel.yaml").write_text(yaml.safe_dump(spec.config.to_dict(), sort_keys=False))
+        (out / "rlaccel.yaml").write_text(config_yaml(spec.config))
     return result
+
+
+UNIFORM_NOTE = ("# sampling: uniform draws every batch uniformly from all stored transitions, as the framework does:\n"
+                "# the levels (level_capacity) are kept and reported; sampling_ratio applies only to sampling: tiers\n")
+
+
+def config_yaml(config) -> str:
+    """``config`` as the YAML a run saves, saying so where ``sampling: uniform`` leaves ``sampling_ratio`` unused.
+
+    Examples:
+        >>> from rlaccel_plugins.loader import load_config
+        >>> print(config_yaml(load_config(preset="classic_control")).splitlines()[0])
+        # sampling: uniform draws every batch uniformly from all stored transitions, as the framework does:
+    """
+    import yaml
+
+    text = yaml.safe_dump(config.to_dict(), sort_keys=False)
+    return UNIFORM_NOTE + text if config.replay_buffer.sampling == "uniform" else text
 
 
 def start_wandb(spec: TrainSpec):

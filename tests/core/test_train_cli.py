@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,10 @@ def test_demo_shows_speed_and_learning_apart_and_says_what_to_expect(tmp_path, c
     assert "The drop-in ran the same learning work" in out and "with 2 seeds each" in out
     assert "Host: raw env steps/s before the speed measure and after the learning runs: " in out
     assert rows["drop-in, no argument"]["sampled"].startswith("tiers 0.7/0.2/0.08/0.02")  # SB3 DQN: the table's row
+    written = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
+    assert f"written to {tmp_path}: {', '.join(written)}" in out
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert [name for name in written if f"`{name}`" not in readme] == []  # the README names every file it writes
 
 
 def test_a_broken_display_never_breaks_training():
