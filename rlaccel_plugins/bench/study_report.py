@@ -506,13 +506,14 @@ def plot(records: list[dict[str, Any]], stats: dict[str, Any], out: Path) -> lis
         for variant, runs in matrices.items():
             ax.plot(x, points[variant], label=f"{variant} ({len(runs)} runs)")
             ax.fill_between(x, intervals[variant][0], intervals[variant][1], alpha=0.2)
-        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--", label=f"threshold ({task['threshold']:g})")
+        ax.axhline(0.0, color="grey", lw=0.6, ls=":", label=f"random policy ({task['random']:g})")
         counts = sorted({len(m) for m in matrices.values()})
         shown = f"{counts[0]} runs each" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} runs"
         ax.set_title(f"{key} ({shown}; bands: 95% CIs)", fontsize=9)
         ax.set_xlabel("env steps (thousands)")
-        ax.set_ylabel("IQM normalised return (1 = threshold)")
-        ax.legend(fontsize=7, loc="lower right")
+        ax.set_ylabel("IQM normalised return (0 = random, 1 = threshold)")
+        ax.legend(fontsize=8, loc="best")
         fig.tight_layout()
         path = out / f"iqm-{slug(key)}.png"
         fig.savefig(path, dpi=110)
