@@ -87,7 +87,8 @@ def run_demo(seeds: int = 5, steps: int = 30_000, out: str = "demo-results", wor
     meter.probe(raw_env_steps_per_s(task.env_id, seconds=1.0)["env_steps_per_s"])
     print(f"1/2 speed: stock SB3 DQN and the drop-in learn {segments} x {segment_steps:,} env steps each, "
           "interleaved in this process", flush=True)
-    speed = measure_task(task, segments, segment_steps, seed=first_seed, variants=[NO_ARGUMENT])
+    speed = measure_task(task, segments, segment_steps, seed=first_seed, variants=[NO_ARGUMENT],
+                         report=lambda line: print(f"    {line}", flush=True))
     ratio = speed[NO_ARGUMENT]["vs_stock"]
     print(f"    the drop-in: {ratio[0]:.2f}x stock's env steps/s [95% CI {ratio[1]:.2f}-{ratio[2]:.2f}]", flush=True)
     print(f"2/2 learning: {seeds} seeds x 2 variants, {steps:,} env steps each, in parallel workers", flush=True)

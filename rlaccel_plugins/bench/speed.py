@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,9 @@ def ratio_ci(ratios: list[float], reps: int = 5_000, seed: int = 0) -> tuple[flo
 
 
 def measure_task(task: StudyTask, segments: int = 8, segment_steps: int = 2_000, seed: int = 0,
-                 variants: list[str] | None = None) -> dict[str, Any]:
-    """Interleaved segments of every variant of ``task`` (or those named in ``variants``)."""
+                 variants: list[str] | None = None, report: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Interleaved segments of every variant of ``task`` (or those named in ``variants``); ``report`` gets a
+    line after each round of segments (the demo prints it: the measure runs for minutes)."""
     from rlaccel_plugins.plugins import get_plugin_manager
     from rlaccel_plugins.training import _torch_threads
 
@@ -77,6 +79,9 @@ def measure_task(task: StudyTask, segments: int = 8, segment_steps: int = 2_000,
             if index > 0:  # the first segment is the warm-up
                 seconds[name].append(elapsed)
                 gradients[name].append(after - before)
+        if report is not None:
+            rates = ", ".join(f"{name} {segment_steps / seconds[name][-1]:,.0f}" for name in names if seconds[name])
+            report(f"round {index} of {segments}" + (f": env steps/s {rates}" if rates else " (warm-up, not timed)"))
     out = {}
     for name in names:
         per_segment = [segment_steps / s for s in seconds[name]]

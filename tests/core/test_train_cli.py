@@ -92,6 +92,7 @@ def test_demo_shows_speed_and_learning_apart_and_says_what_to_expect(tmp_path, c
     out = capsys.readouterr().out
     assert "The drop-in ran the same learning work" in out and "with 2 seeds each" in out
     assert "Host: raw env steps/s before the speed measure and after the learning runs: " in out
+    assert "round 2 of 2: env steps/s stock " in out  # the speed measure shows its progress
     assert rows["drop-in, no argument"]["sampled"].startswith("tiers 0.7/0.2/0.08/0.02")  # SB3 DQN: the table's row
     written = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
     assert f"written to {tmp_path}: {', '.join(written)}" in out
