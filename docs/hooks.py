@@ -22,7 +22,7 @@ def _generate(name: str) -> str:
     makers = {"config": reference.config_markdown, "presets": reference.presets_markdown,
               "cli": reference.cli_markdown, "verified": reference.verified_markdown,
               "api": reference.api_markdown, "problems": reference.problems_markdown,
-              "install": reference.install_markdown, "support-sb3": reference.support_markdown,
+              "install": reference.install_markdown, "platform": reference.platform_markdown, "support-sb3": reference.support_markdown,
               "support-tianshou": lambda: reference.support_markdown("rlaccel_tianshou"),
               "examples": reference.examples_markdown}
     if name not in makers:

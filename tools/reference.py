@@ -291,10 +291,24 @@ def install_markdown() -> str:
             extras[found.group(1)].append(requirement.strip())
         else:
             core.append(line.strip())
-    out = [f"Python {info['Requires-Python']}; always installed: " + ", ".join(f"`{r}`" for r in core) + ".", "",
+    out = [f"{platform_markdown()} Always installed: " + ", ".join(f"`{r}`" for r in core) + ".", "",
            "| extra | installs |", "|---|---|"]
     out += [f"| `{name}` | " + ", ".join(f"`{r}`" for r in requirements) + " |" for name, requirements in extras.items()]
     return "\n".join(out)
+
+
+def platform_markdown() -> str:
+    """Where rlaccel runs, from the package's classifiers: the operating systems and the Python versions."""
+    from importlib import metadata
+
+    classifiers = metadata.metadata(DISTRIBUTION).get_all("Classifier") or []
+    systems = [c.split(" :: ")[-1] for c in classifiers if c.startswith("Operating System ::")]
+    pythons = [c.split(" :: ")[-1] for c in classifiers if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)]
+    import sys
+
+    tested = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return (f"Python {', '.join(pythons)} on {' and '.join(systems)}: what the package's metadata lists (this "
+            f"site was built, and its tests run, on Python {tested}; macOS and Windows are not tested).")
 
 
 # ------------------------------------------------------------------ the examples

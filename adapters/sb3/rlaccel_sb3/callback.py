@@ -261,7 +261,8 @@ class AccelerateCallback(SparseDenseCallback):
     single-kernel step where ``training.fused_optimizer`` asks for it, each gradient step one compiled call on
     the CPU where ``training.compiled_updates`` asks for it (:mod:`rlaccel_plugins.fused.compiled_step`), and with ``training.channels_last``
     the policy's ``Conv2d`` layers in channels-last memory format for the ``learn()`` (faster CPU
-    convolutions, not bit-identical; :mod:`rlaccel_plugins.fused.memory_format`). It is what
+    convolutions, not bit-identical; :mod:`rlaccel_plugins.fused.memory_format`). ``num_threads`` sets
+    ``training.num_threads`` (torch threads during ``learn()``, put back after). It is what
     ``accelerate(model)`` returns and what the README's drop-in uses.
 
     Examples:
@@ -272,17 +273,20 @@ class AccelerateCallback(SparseDenseCallback):
         >>> _ = model.learn(256, callback=callback)
         >>> "train" in model.__dict__  # put back after learn()
         False
+        >>> AccelerateCallback(num_threads=1, compiled_updates=False).config.training.num_threads
+        1
     """
 
     def __init__(self, preset: str | None = None, sparse_update_interval: int | None = None,
                  dense_layers: list[int | str] | None = None, *, fused_updates: bool | str | None = None,
                  fused_collection: bool | str | None = None, fused_optimizer: bool | None = None,
                  compiled_updates: bool | str | None = None, channels_last: bool | None = None,
-                 sparse: bool = True, config: AccelConfig | None = None, verbose: int = 0) -> None:
+                 num_threads: int | str | None = None, sparse: bool = True, config: AccelConfig | None = None,
+                 verbose: int = 0) -> None:
         super().__init__(preset, sparse_update_interval, dense_layers, sparse=sparse, config=config, verbose=verbose)
         overrides = {k: v for k, v in dict(fused_updates=fused_updates, fused_collection=fused_collection,
                                            fused_optimizer=fused_optimizer, compiled_updates=compiled_updates,
-                                           channels_last=channels_last).items()
+                                           channels_last=channels_last, num_threads=num_threads).items()
                      if v is not None}
         if overrides:
             self.config = load_config(self.config, **overrides)
