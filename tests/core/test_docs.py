@@ -120,3 +120,23 @@ def test_the_readme_support_table_names_the_registrys_sb3_algorithms():
     row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| fused update"))
     sb3 = row.split("|")[2].split("(")[0]
     assert [name.strip().replace("-", "") for name in sb3.split(",")] == list(SUPPORTED)
+
+
+def test_the_lab_notebook_is_out_of_the_user_sidebar_and_linked_from_contributing():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
+
+    def pages(nav):
+        for item in nav:
+            for value in (item.values() if isinstance(item, dict) else [item]):
+                yield from (pages(value) if isinstance(value, list) else [value])
+
+    shown = list(pages(config["nav"]))
+    assert "contributing.md" in shown and not [p for p in shown if p.startswith("notes/")]
+    assert "notes/*" in config["not_in_nav"]
+    assert "(notes/index.md)" in (ROOT / "docs" / "contributing.md").read_text()
