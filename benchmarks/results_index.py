@@ -367,10 +367,11 @@ def learning_section() -> str:
     stats = json.loads((STUDY / "stats.json").read_text())
     study = json.loads((STUDY / "study.json").read_text())
     lines = ["## Learning study", "",
-             (f"{', '.join(f'`{c}`' for c in study_commands(study))}, then `rlaccel bench --suite speed --study "
-              f"learning-quick`; the full report with every table is `{(STUDY / 'report.md').relative_to(ROOT)}`. "
-              "What each table means, and the rule the decisions "
-              "follow: [Learning study](learning.md)."), "",
+             (f"The full report with every table is `{(STUDY / 'report.md').relative_to(ROOT)}`; what each table "
+              "means, and the rule the decisions follow: [Learning study](learning.md). The runs behind it, in the "
+              "order they were made (each `--resume` adds seeds or variants to the same folder), then its speed "
+              "measure:"), "", "```bash", *study_commands(study),
+             "rlaccel bench --suite speed --study learning-quick", "```", "",
              "### What the no-argument default samples, per algorithm family", "", decision_table(stats), "",
              "### Every task and variant", "", summary_table(stats), "",
              "### Learning curves", "",
@@ -428,6 +429,7 @@ def suite_section() -> str:
     for path in maintained_scripts():
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         first = " ".join(doc.split("\n\n")[0].split()).replace("|", "&#124;")
+        first = re.sub(r"(?<=\.) [^.]*:$", "", first)  # a sentence leading into a list is not a summary
         figure, date, source = latest_figure(path.name)
         lines.append(f"| `{path.name}` | {first} | {figure} | {date} | {source_cell(source, link=False)} |")
     return "\n".join(lines) + "\n"

@@ -24,7 +24,8 @@ def _generate(name: str) -> str:
               "api": reference.api_markdown, "problems": reference.problems_markdown,
               "install": reference.install_markdown, "platform": reference.platform_markdown, "support-sb3": reference.support_markdown,
               "support-tianshou": lambda: reference.support_markdown("rlaccel_tianshou"),
-              "examples": reference.examples_markdown}
+              "examples": reference.examples_markdown, "examples-code": reference.examples_code_markdown,
+              "algorithms": reference.algorithms_markdown}
     if name not in makers:
         raise ValueError(f"docs: no generator named {name!r}; known: {sorted(makers)}")
     return makers[name]()

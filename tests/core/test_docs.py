@@ -114,12 +114,11 @@ def test_the_troubleshooting_page_lists_the_messages_the_code_raises():
     assert "<!-- generated: problems -->" in (ROOT / "docs" / "troubleshooting.md").read_text()
 
 
-def test_the_readme_support_table_names_the_registrys_sb3_algorithms():
-    from rlaccel_sb3.fused.registry import SUPPORTED
-
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| fused update"))
-    sb3 = row.split("|")[2].split("(")[0]
-    assert [name.strip().replace("-", "") for name in sb3.split(",")] == list(SUPPORTED)
+def test_the_readme_support_table_is_the_one_generated_from_the_registries():
+    readme = (ROOT / "README.md").read_text()
+    assert reference.README_SUPPORT.search(readme), "the README lost its support-table markers"
+    assert reference.readme_with_support(readme) == readme, (
+        "README.md's support table differs from the registries': run `python -m tools.reference --readme`")
 
 
 def test_the_lab_notebook_is_out_of_the_user_sidebar_and_linked_from_contributing():
