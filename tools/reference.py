@@ -259,8 +259,15 @@ def problems_markdown() -> str:
         # a message built wholly elsewhere (a helper's ``ConfigError(message)``) shows there, with its words
         rows = [p for p in every if p.kind == kind and re.search(r"[A-Za-z]", p.text)]
         out += ["", f"### {title}", "", "| from | message (… stands for a value) |", "|---|---|"]
-        out += [f"| `{p.where}` | {p.text.replace('|', '&#124;').replace('<', '&lt;')} |" for p in rows]
+        out += [f"| `{p.where}` | {_table_text(p.text)} |" for p in rows]
     return "\n".join(out).lstrip("\n")
+
+
+def _table_text(text: str) -> str:
+    """A message as a table cell: pipes and angle brackets escaped, and a word joiner after a placeholder glued
+    to a word (``…=auto``), where a browser would otherwise break the line."""
+    joined = re.sub(r"…(?=[^\s.,:;)])", "…\u2060", text)
+    return joined.replace("|", "&#124;").replace("<", "&lt;")
 
 
 # ------------------------------------------------------------------ the support table

@@ -1,8 +1,8 @@
 """The docs site as a reader sees it, in headless Chromium (``tools.site_check``): the check finds each kind of
 defect on a page made to show it, and the built site shows none at desktop and narrow widths.
 
-Needs Chromium and Playwright's Python client (``apt-get install chromium``, ``pip install playwright``); CI's
-machines have neither, so there these skip; run them before changing the docs' layout or CSS."""
+Needs Chromium and Playwright's Python client (``apt-get install chromium``; ``playwright`` is in the ``dev``
+extra): ``.ci/run`` installs both, and says so where Chromium cannot be installed (then these skip)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,17 @@ def test_the_check_finds_a_cut_code_block_a_cut_word_and_a_page_wider_than_the_w
 def test_the_check_passes_a_page_that_scrolls_its_code_and_keeps_its_words(tmp_path):
     defects = site_check.check(site_with(tmp_path, overflow="auto", wrap="normal", page=100))
     assert defects == []
+
+
+def test_the_check_finds_a_table_whose_columns_scroll_out_of_view_at_desktop_width(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    header = "".join(f'<th style="white-space: nowrap">column number {i}</th>' for i in range(20))
+    (site / "index.html").write_text(
+        '<!doctype html><html><body><div class="md-content"><div class="md-typeset__scrollwrap" '
+        f'style="overflow-x: auto; width: 700px"><table><tr>{header}</tr></table></div></div></body></html>')
+    defects = site_check.check(site)
+    assert [d for d in defects if "table columns out of view" in d and "[desktop]" in d], defects
 
 
 @pytest.mark.needs("mkdocs")
