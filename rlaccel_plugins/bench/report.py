@@ -108,11 +108,11 @@ def machine() -> str:
 PROVENANCE_PACKAGES = ("rlaccel-plugins", "torch", "numpy", "gymnasium", "stable-baselines3", "sb3-contrib", "tianshou", "mujoco")
 
 
-def _git(*args: str) -> str | None:
-    """``git *args`` in this checkout (its output), or None where there is no git or no checkout."""
+def _git(*args: str, root: Path | None = None) -> str | None:
+    """``git *args`` in ``root`` (default: this checkout), its output, or None where there is no git or no checkout."""
     import subprocess
 
-    root = Path(__file__).resolve().parents[2]
+    root = root or Path(__file__).resolve().parents[2]
     try:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
                               check=True).stdout.strip()
@@ -136,9 +136,10 @@ def provenance() -> dict[str, Any]:
             "versions": versions, "machine": machine()}
 
 
-def code_state() -> str | None:
-    """The Python code this checkout would run, in words that change when any tracked ``.py`` file does
-    (committed, staged or not): a commit that only adds results leaves it as it is. None outside a git checkout.
+def code_state(root: Path | None = None) -> str | None:
+    """The Python code this checkout (or the one at ``root``) would run, in words that change when any tracked
+    ``.py`` file does (committed, staged or not): a commit that only adds results leaves it as it is. None
+    outside a git checkout.
 
     Example:
         >>> state = code_state()
@@ -147,8 +148,8 @@ def code_state() -> str | None:
     """
     import hashlib
 
-    tracked = _git("ls-files", "--stage", "--", "*.py")
-    edits = _git("diff", "--", "*.py")
+    tracked = _git("ls-files", "--stage", "--", "*.py", root=root)
+    edits = _git("diff", "HEAD", "--", "*.py", root=root)
     if tracked is None or edits is None:
         return None
     digest = hashlib.sha1(f"{tracked}\n{edits}".encode()).hexdigest()[:10]

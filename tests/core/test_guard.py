@@ -137,3 +137,38 @@ def test_the_guards_norm_and_clip_are_torchs_bit_for_bit(dtypes):
     ours, theirs = clip_grad_norm(params, 1.0), torch.nn.utils.clip_grad_norm_(copies, 1.0)
     assert torch.equal(ours, theirs)
     assert all(torch.equal(p.grad, c.grad) for p, c in zip(params[:-1], copies[:-1])) and params[-1].grad is None
+
+
+def test_the_study_guards_code_state_follows_python_edits_in_a_real_git_checkout(tmp_path):
+    import shutil
+    import subprocess
+
+    from rlaccel_plugins.bench.report import code_state
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "model.py").write_text("x = 1\n")
+    (tmp_path / "results.md").write_text("first\n")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    clean = code_state(tmp_path)
+    assert clean.startswith("python sources ") and "uncommitted" not in clean
+    (tmp_path / "results.md").write_text("second\n")
+    git("commit", "-qam", "results only")
+    assert code_state(tmp_path) == clean  # a commit that only adds results leaves it as it is
+    (tmp_path / "model.py").write_text("x = 2\n")
+    edited = code_state(tmp_path)
+    assert edited != clean and edited.endswith("(with uncommitted edits)")
+    git("add", "model.py")  # staged, not committed: still an edit
+    staged = code_state(tmp_path)
+    assert staged != clean and staged.endswith("(with uncommitted edits)")
+    git("commit", "-qm", "code")
+    committed = code_state(tmp_path)
+    assert committed not in (clean, edited) and "uncommitted" not in committed
+    assert code_state(tmp_path / "nowhere") is None  # not a checkout
