@@ -159,8 +159,7 @@ class _EvalAndProgress(BaseCallback):
 
     def _on_step(self) -> bool:
         steps = self.num_timesteps
-        # SB3 collects whole train_freq rounds (5,000 asked at 256 a round: 5,120); the run stops at the steps asked
-        keep_going = steps < self.spec.steps
+        keep_going = steps < self.spec.steps or not self._caps_steps() or self._round_ends()
         if self.n_calls % 32 == 0:
             rewards = [ep["r"] for ep in self.model.ep_info_buffer] if self.model.ep_info_buffer else []
             counts = self.sparse.stats if self.sparse is not None else {}
@@ -175,6 +174,24 @@ class _EvalAndProgress(BaseCallback):
             self.logger.record("eval/mean_reward", mean)
         threshold = self.spec.threshold
         return keep_going and (threshold is None or mean < threshold)
+
+
+    def _caps_steps(self) -> bool:
+        """Whether the run stops at the env steps asked: SB3 collects whole rounds (5,000 asked at 256 env steps a
+        round: 5,120), so a round that crosses them stops there, untrained. Ray and async runs count their own."""
+        return self.spec.ray is None and not self.spec.async_mode
+
+    def _round_ends(self) -> bool:
+        """Whether SB3's collection round ends with this step (its gradient steps follow as SB3 runs them)."""
+        from stable_baselines3.common.type_aliases import TrainFrequencyUnit
+
+        frame = self.locals
+        if "train_freq" in frame:  # off-policy: SB3's collect_rollouts (or rlaccel's, with the same locals)
+            freq = frame["train_freq"]
+            return freq.unit == TrainFrequencyUnit.STEP and frame.get("num_collected_steps", 0) >= freq.frequency
+        if "n_rollout_steps" in frame:  # on-policy: n_steps counts the steps before this one
+            return frame.get("n_steps", 0) + 1 >= frame["n_rollout_steps"]
+        return False
 
 
 def gradient_steps(model) -> int:
