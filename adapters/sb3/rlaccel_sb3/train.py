@@ -175,7 +175,6 @@ class _EvalAndProgress(BaseCallback):
         threshold = self.spec.threshold
         return keep_going and (threshold is None or mean < threshold)
 
-
     def _caps_steps(self) -> bool:
         """Whether the run stops at the env steps asked: SB3 collects whole rounds (5,000 asked at 256 env steps a
         round: 5,120), so a round that crosses them stops there, untrained. Ray and async runs count their own."""
@@ -292,8 +291,7 @@ class Sb3Training:
             learn_async(model, remaining, callback=callback, sync_interval=spec.config.training.sync_interval)
         elif remaining:
             model.learn(remaining, callback=callback, reset_num_timesteps=resumed is None)
-        if spec.stop is None or spec.stop.received is None:
-            checkpoints.finish(model)
+        checkpoints.finish(model)  # after a signal the newest checkpoint is already at the last step
         last = checkpoints.last
         buffer = getattr(model, "replay_buffer", None)
         engine = getattr(buffer, "engine", None)  # rlaccel's tiered buffer; SB3's own has none
