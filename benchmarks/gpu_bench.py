@@ -19,6 +19,7 @@ Usage (on a machine with a GPU; ``benchmarks/gpu_check.sh`` runs it):
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 from functools import partial
 
@@ -112,21 +113,22 @@ def main() -> None:
 
 def learn_rows() -> list[dict]:
     from rlaccel_sb3 import AccelerateCallback
+    from rlaccel_sb3.train import zoo_settings
     from stable_baselines3 import DQN, PPO, SAC
     from stable_baselines3.common.env_util import make_vec_env
 
+    def zoo(cls, algo: str, env_id: str, **extra):
+        """``cls`` at RL Zoo's settings for the task (rlaccel_sb3.train.ZOO), seed 0, on the GPU."""
+        settings = zoo_settings(algo, env_id)
+        settings.pop("n_timesteps")
+        n_envs = settings.pop("n_envs", 1)
+        return lambda: cls("MlpPolicy", make_vec_env(env_id, n_envs=n_envs, seed=0) if n_envs > 1 else env_id,
+                           **copy.deepcopy(settings), **extra, seed=0, device="cuda")
+
     cases = {
-        "DQN CartPole (RL Zoo)": (lambda: DQN(
-            "MlpPolicy", "CartPole-v1", learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
-            learning_starts=1_000, gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
-            exploration_fraction=0.16, exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]),
-            seed=0, device="cuda"), 20_000),
-        "SAC Pendulum (RL Zoo)": (lambda: SAC("MlpPolicy", "Pendulum-v1", learning_rate=1e-3, learning_starts=100,
-                                              seed=0, device="cuda"), 3_000),
-        "PPO CartPole (RL Zoo)": (lambda: PPO(
-            "MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=0), n_steps=32, batch_size=256, gae_lambda=0.8,
-            gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, seed=0, device="cuda"),
-            16_384),
+        "DQN CartPole (RL Zoo)": (zoo(DQN, "dqn", "CartPole-v1"), 20_000),
+        "SAC Pendulum (RL Zoo)": (zoo(SAC, "sac", "Pendulum-v1", learning_starts=100), 3_000),
+        "PPO CartPole (RL Zoo)": (zoo(PPO, "ppo", "CartPole-v1"), 16_384),
     }
     print(f"\n{'learn() end to end':<24} {'env steps':>9} {'stock s':>8} {'rlaccel s':>9} {'speed-up':>8}")
     rows = []

@@ -24,17 +24,15 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
 from benchmarks import _results
-from benchmarks.peers import COMPILED_ALGOS, TASKS, _model, sbx_available
+from benchmarks.peers import COMPILED_ALGOS, TASKS, build_model, sbx_available
 from rlaccel_plugins.bench.report import machine
 
 VARIANTS = ("stock", "drop-in", "drop-in + compiled", "SBX")
@@ -108,7 +106,7 @@ class PhaseTimer(BaseCallback):
 
 
 def learn_phases(task, variant: str, steps: int, warmup: int) -> dict[str, Any]:
-    model, callback = _model(task, variant)
+    model, callback = build_model(task, variant)
     model.learn(warmup, callback=callback)
     timer = PhaseTimer(count_reads=variant != "SBX")
     callbacks = CallbackList([c for c in (callback, timer) if c is not None])
@@ -130,7 +128,7 @@ def floor(task) -> dict[str, Any]:
 
     from rlaccel_plugins.bench.timing import seconds
 
-    model, _ = _model(task, "stock")
+    model, _ = build_model(task, "stock")
     model.learn(task.warmup)
     with FlopCounterMode(display=False) as counter:
         model.train(8, model.batch_size)
@@ -187,16 +185,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"$ {command}\n{machine()}, torch {torch.__version__}", flush=True)
     variants = [v for v in wanted if (v != "SBX" or sbx_available())
                 and (v != "drop-in + compiled" or task.algo in COMPILED_ALGOS)]
-    results: dict[str, Any] = {"command": command, "machine": machine(), "task": args.task,
-                               "date": time.strftime("%Y-%m-%d"), "variants": {}}
+    results: dict[str, Any] = {"task": args.task, "variants": {}}
     for variant in variants:
         results["variants"][variant] = learn_phases(task, variant, args.steps, warmup)
     results["floor"] = floor(task)
     print(table(results))
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    _results.write(args.out, "peer_phases", name=args.name, argv=argv, headline=headline(results),
+                   rows=summary_rows(results), **results)
     return 0
+
+
+def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per variant: its time per gradient step in ``train()``, the phases' seconds and its host reads."""
+    return [{"variant": variant, "ms_per_gradient_step": 1e3 * data["seconds"].get("update: train()", 0.0)
+             / data["timed_gradient_steps"], "total_s": data["total"], **{f"{k} s": v for k, v in data["seconds"].items()},
+             "host_reads_per_gradient_step": data["host_reads_per_gradient_step"]}
+            for variant, data in results["variants"].items()]
+
+
+def headline(results: dict[str, Any]) -> str:
+    """The results page's figure: each variant's milliseconds per gradient step, and the matrix products' alone."""
+    floor_ms = 1e3 * min(v for k, v in results["floor"].items() if k.startswith("matmuls_seconds"))
+    per_step = ", ".join(f"{row['variant']} {row['ms_per_gradient_step']:.2f}" for row in summary_rows(results))
+    task = TASKS[results["task"]]
+    return f"{task.algo.upper()} {task.env_id}, ms per gradient step: {per_step}; its matrix products alone {floor_ms:.2f}"
 
 
 def table(results: dict[str, Any]) -> str:

@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -93,7 +91,7 @@ def sbx_available() -> bool:
     return True
 
 
-def _model(task: Task, variant: str):
+def build_model(task: Task, variant: str):
     """The variant's fresh model and its ``learn()`` callback."""
     ensure_registered(task.env_id)
     settings = zoo_settings(task.algo, task.env_id)
@@ -139,7 +137,7 @@ def run_once(task: Task, variant: str, steps: int, warmup: int) -> dict[str, Any
         torch.set_num_threads(1)
     try:
         start = time.perf_counter()
-        model, callback = _model(task, variant)
+        model, callback = build_model(task, variant)
         model.learn(warmup, callback=callback)
         warm = time.perf_counter()
         model.learn(steps, callback=callback, reset_num_timesteps=False)
@@ -167,7 +165,7 @@ def run_in_new_process(task: Task, variant: str, steps: int, warmup: int) -> dic
 
 
 def variants_for(task: Task, wanted: list[str]) -> list[str]:
-    pixels = task_info(task.env_id).minatar  # a recipe with a network of its own, convolutional
+    pixels = task_info(task.env_id).pixels  # a recipe with a network of its own, convolutional
     out = [v for v in wanted if v != "SBX" or (sbx_available() and not pixels)]
     if not pixels:
         out = [v for v in out if v not in IMAGE_VARIANTS]
@@ -218,8 +216,46 @@ def best_stock(task_result: dict[str, Any], kind: str = "steady") -> str | None:
 
 
 def _median(values) -> float:
-    values = sorted(values)
-    return values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+    return float(statistics.median(values))
+
+
+def label(key: str, data: dict[str, Any]) -> str:
+    """A section's name from what it records and what ran beside it
+    ("dqn-cartpole, beside 1 busy process" → "SB3 DQN CartPole-v1, beside 1 busy process")."""
+    _, comma, rest = key.partition(", ")
+    return f"SB3 {data['algo'].upper()} {data['env_id']}" + comma + rest
+
+
+def headline_variant(runs: dict[str, list[dict[str, float]]]) -> str:
+    """The drop-in a user of the README's two lines gets ("drop-in"), or the fastest where that was not run."""
+    if "drop-in" in runs:
+        return "drop-in"
+    return min((v for v in runs if v.startswith("drop-in")), key=lambda v: _median(r["steady"] for r in runs[v]))
+
+
+def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per section and variant: what the results page shows (medians, ratios with their CI, the first
+    round's end to end with what the compiled step cost in it)."""
+    rows = []
+    for key, data in results["tasks"].items():
+        chosen = headline_variant(data["runs"])
+        for variant, runs in data["runs"].items():
+            steady, e2e = data["ratios"]["steady"][variant], data["ratios"]["end_to_end"][variant]
+            rows.append({"task": key, "label": label(key, data), "variant": variant, "headline": variant == chosen,
+                         "new_processes": bool(data.get("new_processes")), "busy": data.get("busy", 0),
+                         "steady_s": _median(r["steady"] for r in runs),
+                         "end_to_end_s": _median(r["end_to_end"] for r in runs),
+                         "first_run_s": runs[0]["end_to_end"], "first_run_compiled": runs[0].get("compiled", []),
+                         "steady_vs_stock": steady.get("vs stock"), "steady_vs_sbx": steady.get("vs SBX"),
+                         "end_to_end_vs_sbx": e2e.get("vs SBX")})
+    return rows
+
+
+def headline(results: dict[str, Any]) -> str:
+    """The results page's figure of a run: its first section's headline drop-in against SBX (else stock)."""
+    row = next(r for r in summary_rows(results) if r["headline"])
+    ratio, peer = (row["steady_vs_sbx"], "SBX") if row["steady_vs_sbx"] else (row["steady_vs_stock"], "stock")
+    return f"{row['label']} `learn()`, {row['variant']}: {ratio[0]:.2f}x {peer}'s time"
 
 
 def table(results: dict[str, Any]) -> str:
@@ -267,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     command = _results.command("peers", argv)
     print(f"$ {command}\n{machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
           + ("" if sbx_available() else "; SBX not installed (pip install -e '.[peers]')"), flush=True)
-    results: dict[str, Any] = {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-                               "machine": machine(), "versions": _versions(), "tasks": {}}
+    results: dict[str, Any] = {"tasks": {}}
     busy_counts = [int(b) for b in args.busy.split(",") if b.strip()]
     for name in tasks:
         task = TASKS[name]
@@ -280,10 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                                                 args.new_processes)
             results["tasks"][key]["busy"] = busy
     print(table(results))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    _results.write(args.out, "peers", name=args.name, argv=argv, headline=headline(results),
+                   rows=summary_rows(results), tasks=results["tasks"], peer_versions=_versions())
     return 0
 
 

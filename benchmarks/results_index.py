@@ -176,26 +176,6 @@ def checkpoint_size(measure: str, file: str, ours: str, stock: str) -> Figure:
 
 STUDY = RESULTS / "learning"
 PEERS = RESULTS / "peers"
-def _peer_task(key: str, data: dict) -> str:
-    """A peer benchmark section's name, from what its results record (algorithm, env id), and what ran beside
-    it ("dqn-cartpole, beside 1 busy process" → "SB3 DQN CartPole-v1, beside 1 busy process")."""
-    _, comma, rest = key.partition(", ")
-    return f"SB3 {data['algo'].upper()} {data['env_id']}" + comma + rest
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
-def _headline_dropin(runs: dict) -> str:
-    """The drop-in a user of the README's two lines gets ("drop-in"), or the fastest where that was not run."""
-    if "drop-in" in runs:
-        return "drop-in"
-    return min((v for v in runs if v.startswith("drop-in")), key=lambda v: _median([r["steady"] for r in runs[v]]))
-
-
 def peer_figures() -> list[Figure]:
     """Per task of the peer benchmark's results files (``peers.json`` first): the default drop-in's steady-state
     time against SBX's (where SBX ran) and against stock's; a task once, from the first file that has it."""
@@ -206,18 +186,16 @@ def peer_figures() -> list[Figure]:
 
 
 def _peer_file_figures(path: Path, seen: set) -> list[Figure]:
-    results = json.loads(path.read_text())
+    document, _ = _read(path)
     out = []
-    for task, data in results["tasks"].items():
-        if task in seen or data.get("new_processes"):
+    for row in document["rows"]:
+        if row["task"] in seen or row["new_processes"] or not row["headline"]:
             continue
-        seen.add(task)
-        best = _headline_dropin(data["runs"])
-        ratios = data["ratios"]["steady"][best]
-        against = [f"{_ci(ratios[key], suffix='x')} {key.split()[1]}'s" for key in ("vs SBX", "vs stock") if key in ratios]
-        out.append(Figure(f"{_peer_task(task, data)}: learn() time, {best}", "; ".join(against) + " time",
-                          results["command"], results["machine"].split(",")[0], results["date"],
-                          str(path.relative_to(ROOT))))
+        seen.add(row["task"])
+        against = [f"{_ci(row[key], suffix='x')} {peer}'s" for key, peer in (("steady_vs_sbx", "SBX"),
+                                                                           ("steady_vs_stock", "stock")) if row[key]]
+        out.append(_figure(f"{row['label']}: learn() time, {row['variant']}", "; ".join(against) + " time",
+                           document, path))
     return out
 
 
@@ -225,7 +203,7 @@ def _peer_files() -> list[Path]:
     """The peer benchmark's results files: ``peers.json`` first, then any other run kept beside it
     (``--name``: a run in new processes, say), the newest first."""
     def order(path: Path) -> tuple:
-        newest_first = "".join(chr(255 - ord(c)) for c in json.loads(path.read_text())["date"])
+        newest_first = "".join(chr(255 - ord(c)) for c in _read(path)[0]["date"])
         return path.name != "peers.json", newest_first, path.name
     return sorted(PEERS.glob("peers*.json"), key=order)
 
@@ -250,43 +228,19 @@ def peers_section() -> str:
               "A task *beside N busy processes* ran with N other processes each keeping a core busy. "
               "Where the time goes: [the dated note](notes/peers-2026-12-06.md).")]
     for path in files:
-        results = json.loads(path.read_text())
-        processes = any(data.get("new_processes") for data in results["tasks"].values())
-        lines += ["", (f"`{results['command']}` ({results['date']}; {results['machine']})"
+        document, _ = _read(path)
+        processes = any(row["new_processes"] for row in document["rows"])
+        lines += ["", (f"`{document['command']}` ({document['date']}; {document['machine']})"
                        + ("; each run in *new processes*" if processes else "") + ":"), "",
                   "| task | variant | steady s | vs stock | vs SBX | end to end s | vs SBX | first run s |",
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
-        for task, data in results["tasks"].items():
-            for variant, runs in data["runs"].items():
-                compiled = "".join(f", {event} {seconds:.1f} s" for event, seconds in runs[0].get("compiled", []))
-                steady, e2e = data["ratios"]["steady"][variant], data["ratios"]["end_to_end"][variant]
-                lines.append(f"| {_peer_task(task, data)} | {variant} | {_median([r['steady'] for r in runs]):.1f} | "
-                             f"{_ci(steady['vs stock'], suffix='x') if 'vs stock' in steady else '—'} | "
-                             f"{_ci(steady['vs SBX'], suffix='x') if 'vs SBX' in steady else '—'} | "
-                             f"{_median([r['end_to_end'] for r in runs]):.1f} | "
-                             f"{_ci(e2e['vs SBX'], suffix='x') if 'vs SBX' in e2e else '—'} | "
-                             f"{runs[0]['end_to_end']:.1f}{compiled} |")
+        for row in document["rows"]:
+            compiled = "".join(f", {event} {seconds:.1f} s" for event, seconds in row["first_run_compiled"])
+            cells = [_ci(row[key], suffix="x") if row[key] else "—"
+                     for key in ("steady_vs_stock", "steady_vs_sbx", "end_to_end_vs_sbx")]
+            lines.append(f"| {row['label']} | {row['variant']} | {row['steady_s']:.1f} | {cells[0]} | {cells[1]} | "
+                         f"{row['end_to_end_s']:.1f} | {cells[2]} | {row['first_run_s']:.1f}{compiled} |")
     return "\n".join(lines) + "\n"
-
-
-def peers_latest() -> tuple[str, str, str]:
-    results = json.loads((PEERS / "peers.json").read_text())
-    data = results["tasks"]["dqn-cartpole"]
-    best = _headline_dropin(data["runs"])
-    ratio = data["ratios"]["steady"][best].get("vs SBX")
-    figure = f"SB3 DQN CartPole `learn()`, {best}: {ratio[0]:.2f}x SBX's time" if ratio else \
-        f"SB3 DQN CartPole `learn()`, {best}: {data['ratios']['steady'][best]['vs stock'][0]:.2f}x stock's time"
-    return figure, results["date"], str((PEERS / "peers.json").relative_to(ROOT))
-
-
-def phases_latest() -> tuple[str, str, str]:
-    results = json.loads((PEERS / "phases.json").read_text())
-    variants = results["variants"]
-    per_step = {v: 1e3 * d["seconds"]["update: train()"] / d["timed_gradient_steps"] for v, d in variants.items()}
-    floor = 1e3 * min(v for k, v in results["floor"].items() if k.startswith("matmuls_seconds"))
-    figure = ("DQN CartPole, ms per gradient step: " + ", ".join(f"{v} {ms:.2f}" for v, ms in per_step.items())
-              + f"; its matrix products alone {floor:.2f}")
-    return figure, results["date"], str((PEERS / "phases.json").relative_to(ROOT))
 
 
 def default_variant(stats: dict, task: str) -> str:
@@ -381,8 +335,8 @@ def learning_section() -> str:
     return "\n".join(lines)
 
 
-# Each maintained script's latest run: its results file (what ``--out`` wrote), whose headline the page shows, or a
-# reader of its own layout. A new maintained script needs an entry (tested).
+# Each maintained script's latest run: its results file (what ``--out`` wrote), whose headline the page shows. A new
+# maintained script needs an entry (tested).
 LATEST = {
     "async_bench.py": "async-bench/async_bench.json",
     "checkpoint_size.py": "checkpoint-size/checkpoint_size.json",
@@ -391,8 +345,8 @@ LATEST = {
     "fused_bench.py": "fused-sb3-lean/fused_bench.json",
     "gpu_bench.py": "gpu-h200/gpu_bench.json",
     "grad_norm_bench.py": "grad-norm-bench/grad_norm_bench.json",
-    "peer_phases.py": phases_latest,
-    "peers.py": peers_latest,
+    "peer_phases.py": "peers/phases.json",
+    "peers.py": "peers/peers.json",
     "ray_scaling.py": "ray_scaling/ray_scaling.json",
     "replay_bench.py": "replay-bench/replay_bench.json",
     "sb3_overhead.py": "sb3-overhead/sb3_overhead.json",
@@ -403,12 +357,12 @@ LATEST = {
 
 
 def latest_figure(script: str) -> tuple[str, str, str]:
-    """``(figure, date, source)`` of a maintained script's latest run, read from its results file."""
+    """``(figure, date, source)`` of a maintained script's latest run, read from its results file (one converted
+    from an earlier output says from what)."""
     entry = LATEST[script]
-    if callable(entry):
-        return entry()
     document, path = _read(entry)
-    return document["headline"], document["date"], str(path.relative_to(ROOT))
+    converted = f" (converted from {document['converted_from']})" if document.get("converted_from") else ""
+    return document["headline"] + converted, document["date"], str(path.relative_to(ROOT))
 
 
 def maintained_scripts() -> list[Path]:

@@ -205,6 +205,16 @@ class CheckpointSchedule:
         """Whether it checkpoints at all (then a finished run also checkpoints at its end)."""
         return bool(self.every or self.every_seconds)
 
+    def due_at_end(self, env_steps: int, last: Checkpoint | None) -> bool:
+        """Whether a run finishing at ``env_steps`` takes a last checkpoint: checkpoints are on and the newest
+        one (``last``, None: none yet) is not already at that step.
+
+        Examples:
+            >>> CheckpointSchedule(every=100).due_at_end(250, None), CheckpointSchedule(every=0).due_at_end(250, None)
+            (True, False)
+        """
+        return self.enabled and (last is None or last.step != env_steps)
+
     def due(self, env_steps: int) -> str | None:
         """``"signal"``, ``"periodic"``, ``"timed"`` or None; an answer restarts the timer."""
         if self.stop is not None and self.stop.received is not None:

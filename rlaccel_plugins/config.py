@@ -31,14 +31,24 @@ from rlaccel_plugins.errors import ConfigError, did_you_mean, invalid
 AUTO = "auto"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 RATIO_SCHEDULES = ("constant", "anneal")
-# how a batch is drawn: uniform over everything stored (the frameworks' own distribution), the tiers'
-# per-level ratios, ERE (Wang & Ross 2019) or CER (Zhang & Sutton 2017); replay/schemes.py
-SAMPLING_SCHEMES = ("auto", "uniform", "tiers", "ere", "cer")
 RATIO_TOLERANCE = 1e-6
 # settings that only the tiers' sampling reads: values that set one of them (and not ``sampling``) set
 # ``sampling: tiers`` too, so ratios a user writes are never silently unused
 TIER_SETTINGS = ("sampling_ratio", "ratio_schedule", "importance_beta")
 ERE_SETTINGS = ("ere_eta", "ere_c_min", "ere_updates")  # the settings only ERE reads
+# How a batch is drawn, each scheme with the settings it alone reads: uniform over everything stored (the
+# frameworks' own distribution), the tiers' per-level ratios, ERE (Wang & Ross 2019) or CER (Zhang & Sutton
+# 2017). The one list of schemes: replay/schemes.py builds a sampler for each name here (a test holds them equal);
+# the tiers read ``anneal_steps`` only under ``ratio_schedule: anneal``; a scheme that does not read
+# ``importance_beta`` refuses it (``uniform`` ignores it: its weights are all 1).
+SCHEME_SETTINGS: dict[str, tuple[str, ...]] = {
+    "uniform": (),
+    "tiers": TIER_SETTINGS,
+    "ere": (*ERE_SETTINGS, "anneal_steps"),
+    "cer": (),
+}
+SAMPLING_SCHEMES = (AUTO, *SCHEME_SETTINGS)  # ``auto``: the learning study's choice for the algorithm family
+SCHEME_READ_SETTINGS = (*TIER_SETTINGS, "anneal_steps", *ERE_SETTINGS)  # every setting some scheme alone reads
 
 
 # --------------------------------------------------------------------------- value checks
@@ -50,7 +60,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _int(name: str, value: Any, minimum: int | None = None, auto: bool = False) -> int | str:
+def checked_int(name: str, value: Any, minimum: int | None = None, auto: bool = False) -> int | str:
     if auto and value == AUTO:
         return AUTO
     if not _is_int(value):
@@ -126,11 +136,10 @@ class ReplayBufferConfig:
             >>> ReplayBufferConfig(sampling="uniform").unread()[:3]
             ['sampling_ratio', 'ratio_schedule', 'importance_beta']
         """
-        if self.sampling in ("uniform", "cer"):
-            return [*TIER_SETTINGS, "anneal_steps", *ERE_SETTINGS]
-        if self.sampling == "ere":
-            return list(TIER_SETTINGS)
-        return [*ERE_SETTINGS, *(["anneal_steps"] if self.ratio_schedule == "constant" else [])]
+        reads = set(SCHEME_SETTINGS.get(self.sampling, TIER_SETTINGS))  # auto may resolve to the tiers
+        if "ratio_schedule" in reads and self.ratio_schedule == "anneal":
+            reads.add("anneal_steps")
+        return [name for name in SCHEME_READ_SETTINGS if name not in reads]
 
     def sampled(self) -> dict[str, Any]:
         """What a batch is drawn by: the scheme, the levels and (for ``tiers``) the ratios and their schedule.
@@ -146,17 +155,18 @@ class ReplayBufferConfig:
         return out
 
     def __post_init__(self) -> None:
-        levels = _int("levels", self.levels, minimum=1)
+        levels = checked_int("levels", self.levels, minimum=1)
         _choice("sampling", self.sampling, SAMPLING_SCHEMES)
         eta = _float("ere_eta", self.ere_eta, positive=True)
         if eta > 1:
             raise invalid("ere_eta", "be in (0, 1]", self.ere_eta, "The paper's value is 0.996.")
-        _int("ere_c_min", self.ere_c_min, minimum=1)
-        _int("ere_updates", self.ere_updates, minimum=1)
-        if self.sampling in ("ere", "cer") and self.importance_beta is not None:
+        checked_int("ere_c_min", self.ere_c_min, minimum=1)
+        checked_int("ere_updates", self.ere_updates, minimum=1)
+        if (self.importance_beta is not None and self.sampling not in (AUTO, "uniform")
+                and "importance_beta" not in SCHEME_SETTINGS[self.sampling]):
             raise invalid("importance_beta", f"be unset with sampling={self.sampling!r} (weights correct the tiers' "
                           "ratios only)", self.importance_beta, "Drop importance_beta or use sampling: tiers.")
-        _int("n_step", self.n_step, minimum=1, auto=True)
+        checked_int("n_step", self.n_step, minimum=1, auto=True)
         caps = _sequence("level_capacity", self.level_capacity)
         for cap in caps:
             if not _is_int(cap) or cap < 1:
@@ -175,7 +185,7 @@ class ReplayBufferConfig:
             raise invalid("sampling_ratio", "sum to 1", list(ratios),
                           f"Divide each ratio by their sum ({sum(ratios):.6g}).")
         _choice("ratio_schedule", self.ratio_schedule, RATIO_SCHEDULES)
-        _int("anneal_steps", self.anneal_steps, minimum=1)
+        checked_int("anneal_steps", self.anneal_steps, minimum=1)
         if self.importance_beta is not None:
             _float("importance_beta", self.importance_beta, minimum=0.0)
         if self.dedup_frames != AUTO:
@@ -225,7 +235,7 @@ class TrainingConfig:
     """The policy's Conv2d layers in channels-last memory format while training: faster CPU convolution gradients, equal within a derived tolerance, not bit for bit."""
 
     def __post_init__(self) -> None:
-        _int("batch_size", self.batch_size, minimum=1)
+        checked_int("batch_size", self.batch_size, minimum=1)
         if self.replay_ratio != AUTO:
             _float("replay_ratio", self.replay_ratio, positive=True)
         if self.net_arch != AUTO:
@@ -234,7 +244,7 @@ class TrainingConfig:
                 raise invalid("net_arch", 'be "auto" or a list of positive layer sizes', self.net_arch,
                               "Use e.g. [64, 64].")
             object.__setattr__(self, "net_arch", tuple(sizes))
-        _int("sparse_update_interval", self.sparse_update_interval, minimum=1)
+        checked_int("sparse_update_interval", self.sparse_update_interval, minimum=1)
         layers = _sequence("dense_layers", self.dense_layers)
         if not layers:
             raise invalid("dense_layers", "name at least one layer", list(layers), "Use e.g. [-3, -2, -1].")
@@ -246,13 +256,13 @@ class TrainingConfig:
             elif not isinstance(layer, str) or not layer:
                 raise invalid("dense_layers", "hold negative integers or non-empty glob strings", list(layers))
         _float("learning_rate", self.learning_rate, positive=True)
-        _int("parallel_envs", self.parallel_envs, minimum=1, auto=True)
-        _int("sync_interval", self.sync_interval, minimum=1)
+        checked_int("parallel_envs", self.parallel_envs, minimum=1, auto=True)
+        checked_int("sync_interval", self.sync_interval, minimum=1)
         if not isinstance(self.device, str) or not (
             self.device in (AUTO, "cpu", "cuda", "mps") or self.device.startswith("cuda:")
         ):
             raise invalid("device", 'be "auto", "cpu", "cuda", "cuda:N" or "mps"', self.device)
-        _int("num_threads", self.num_threads, minimum=1, auto=True)
+        checked_int("num_threads", self.num_threads, minimum=1, auto=True)
         for key in ("fused_updates", "fused_collection", "compiled_updates"):
             value = getattr(self, key)
             if value != AUTO and not isinstance(value, bool):
@@ -276,7 +286,7 @@ class MonitoringConfig:
     """Mirror the logs to Weights & Biases (`--wandb` overrides)."""
 
     def __post_init__(self) -> None:
-        _int("log_interval", self.log_interval, minimum=1)
+        checked_int("log_interval", self.log_interval, minimum=1)
         _bool("progress_bar", self.progress_bar)
         _bool("tensorboard", self.tensorboard)
         _bool("wandb", self.wandb)
@@ -298,9 +308,9 @@ class CheckpointConfig:
     """Checkpoint on SIGTERM / SIGINT, then stop."""
 
     def __post_init__(self) -> None:
-        _int("every_steps", self.every_steps, minimum=0)
-        _int("every_seconds", self.every_seconds, minimum=0)
-        _int("keep", self.keep, minimum=1)
+        checked_int("every_steps", self.every_steps, minimum=0)
+        checked_int("every_seconds", self.every_seconds, minimum=0)
+        checked_int("keep", self.keep, minimum=1)
         _bool("on_signal", self.on_signal)
 
 

@@ -76,7 +76,7 @@ def run_demo(seeds: int = 5, steps: int = 30_000, out: str = "demo-results", wor
     from rlaccel_plugins.bench.runner import raw_env_steps_per_s
     from rlaccel_plugins.bench.speed import measure_task
     from rlaccel_plugins.bench.study import NO_ARGUMENT, RUNS_FILE, STOCK, TASKS, run_study
-    from rlaccel_plugins.bench.study_report import _random_returns, analyse, plot
+    from rlaccel_plugins.bench.study_report import analyse, plot, random_returns
 
     task = TASKS["cartpole-dqn-demo"]
     out_dir = Path(out)
@@ -95,7 +95,7 @@ def run_demo(seeds: int = 5, steps: int = 30_000, out: str = "demo-results", wor
     records = run_study("learning-quick", seeds=seeds, workers=workers, out=out_dir, first_seed=first_seed,
                         only=["cartpole-dqn-demo"], variants=[STOCK, NO_ARGUMENT], steps=steps)
     meter.probe(raw_env_steps_per_s(task.env_id, seconds=1.0)["env_steps_per_s"])
-    stats = analyse(records, _random_returns(out_dir, {task.env_id}), {task.key: speed}, reps=2_000)
+    stats = analyse(records, random_returns(out_dir, {task.env_id}), {task.key: speed}, reps=2_000)
     poi = stats["tasks"][task.key]["pairs"][f"{NO_ARGUMENT} > {STOCK}"]["poi"]
     sentence = expectation(ratio, poi, seeds)
     host, unsteady = verdict(meter.finish(), probes="before the speed measure and after the learning runs")

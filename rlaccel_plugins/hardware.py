@@ -76,7 +76,7 @@ def resolve_auto(config: AccelConfig) -> ResolvedHardware:
         threads = _thread_cap() or cores
     precision = config.precision.dtype
     if precision == AUTO:
-        precision = _auto_precision(device)
+        precision = auto_precision(device)
     return ResolvedHardware(parallel_envs=int(envs), device=device, num_threads=int(threads), precision=precision)
 
 
@@ -86,7 +86,14 @@ def _thread_cap() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
-def _auto_precision(device: str) -> str:
+def auto_precision(device: str) -> str:
+    """What ``training.precision: auto`` trains in on ``device``: fp32 on the CPU, bf16 on a GPU that has it, else
+    fp16 (with loss scaling).
+
+    Examples:
+        >>> auto_precision("cpu")
+        'fp32'
+    """
     if not device.startswith("cuda"):
         return "fp32"
     import torch

@@ -43,6 +43,9 @@ class AdapterSpec:
         verified: ``"module:attribute"`` naming the adapter's
             :class:`~rlaccel_plugins.fused.fingerprints.VerifiedCode`: the framework methods its fused and
             lean paths replace or mirror, and the record of the code they were verified against (optional).
+        recipes: ``"module:function"`` implementing ``recipes(algo, env_id) -> dict``: the published
+            hyper-parameters the adapter trains a task with (SB3's: RL Zoo's), where the core needs them
+            (the learning study's replay-volume sweep) (optional).
     """
 
     name: str
@@ -53,6 +56,7 @@ class AdapterSpec:
     train: str | None = None
     export: str | None = None
     verified: str | None = None
+    recipes: str | None = None
     algos: Mapping[str, str] = field(default_factory=dict)
     unavailable_reason: str | None = field(default=None, init=False)
 
@@ -82,8 +86,8 @@ class AdapterSpec:
         return getattr(importlib.import_module(module), name)
 
     def load(self, entry: str = "accelerate") -> Callable[..., Any]:
-        """Import the adapter object named by ``entry`` (``"accelerate"``, ``"train"``, ``"export"`` or
-        ``"verified"``)."""
+        """Import the adapter object named by ``entry`` (``"accelerate"``, ``"train"``, ``"export"``,
+        ``"verified"`` or ``"recipes"``)."""
         if not self.available:
             raise ConfigError(f"framework {self.name!r} must be installed to use it, got {self.unavailable_reason}. "
                               f"{self.install_hint}".rstrip())

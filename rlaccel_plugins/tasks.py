@@ -3,10 +3,10 @@
 Examples:
     >>> from rlaccel_plugins.tasks import task_info
     >>> info = task_info("CartPole-v1")
-    >>> info.threshold, info.cheap, info.atari, info.recipe
-    (475.0, True, False, 'CartPole-v1')
-    >>> task_info("MinAtar/Breakout-v1").recipe  # the MinAtar paper's DQN settings, for every game
-    'minatar'
+    >>> info.threshold, info.cheap, info.family, info.recipe
+    (475.0, True, 'classic_control', 'CartPole-v1')
+    >>> task_info("MinAtar/Breakout-v1").family, task_info("MinAtar/Breakout-v1").recipe  # the MinAtar paper's DQN
+    ('minatar', 'minatar')
 """
 
 from __future__ import annotations
@@ -25,29 +25,52 @@ CHEAP_TASKS = frozenset({"CartPole-v0", "CartPole-v1", "Acrobot-v1", "MountainCa
                          "Pendulum-v1"})
 
 
+# families whose games share one published recipe (the key of their hyper-parameters) and image observations
+PIXEL_FAMILIES = ("atari", "minatar")
+
+
 @dataclass(frozen=True)
 class TaskInfo:
-    """One task: ``atari`` (an ale-py game, envpool style ``Pong-v5``), ``minatar`` (a MinAtar game,
-    ``MinAtar/<Game>-v1``: 10x10 boolean images with a channel per object kind), ``threshold`` (None: none
-    known), ``cheap`` (a step of microseconds: one envpool thread, in-process below 8 envs) and ``recipe``,
-    the key of its published hyper-parameters (RL Zoo's: ``atari`` for every Atari game; the MinAtar
-    paper's: ``minatar`` for every MinAtar game; else the env id)."""
+    """One task: ``threshold`` (None: none known), ``cheap`` (a step of microseconds: one envpool thread,
+    in-process below 8 envs), ``family`` and ``recipe``, the key of its published hyper-parameters (RL Zoo's:
+    ``atari`` for every Atari game; the MinAtar paper's: ``minatar`` for every MinAtar game; else the env id).
+
+    ``family`` is ``atari`` (an ale-py game, envpool style ``Pong-v5``), ``minatar`` (``MinAtar/<Game>-v1``:
+    10x10 boolean images with a channel per object kind), gymnasium's own group for its tasks
+    (``classic_control``, ``box2d``, ``mujoco``, ``toy_text``) or ``other``."""
 
     env_id: str
     threshold: float | None
     cheap: bool
 
     @cached_property
-    def atari(self) -> bool:  # resolved on first use: it looks ale-py's registry up
-        return is_atari(self.env_id)
+    def family(self) -> str:  # resolved on first use: it looks gymnasium's and ale-py's registries up
+        if self.env_id.startswith(MINATAR_PREFIX):
+            return "minatar"
+        if is_atari(self.env_id):
+            return "atari"
+        import gymnasium as gym
+
+        entry = getattr(gym.registry.get(self.env_id), "entry_point", None)
+        parts = entry.split(":")[0].split(".") if isinstance(entry, str) else []
+        return parts[2] if parts[:2] == ["gymnasium", "envs"] and len(parts) > 2 else "other"
+
+    @property
+    def atari(self) -> bool:
+        return self.family == "atari"
 
     @property
     def minatar(self) -> bool:
-        return self.env_id.startswith(MINATAR_PREFIX)
+        return self.family == "minatar"
+
+    @property
+    def pixels(self) -> bool:
+        """Image observations: a family with a recipe (and a network) of its own."""
+        return self.family in PIXEL_FAMILIES
 
     @property
     def recipe(self) -> str:
-        return "atari" if self.atari else "minatar" if self.minatar else self.env_id
+        return self.family if self.pixels else self.env_id
 
 
 MINATAR_PREFIX = "MinAtar/"
@@ -96,5 +119,10 @@ def is_atari(env_id: str) -> bool:
 
 @cache
 def task_info(env_id: str) -> TaskInfo:
-    """The :class:`TaskInfo` of ``env_id`` (resolved once per process)."""
+    """The :class:`TaskInfo` of ``env_id`` (resolved once per process): every fact rlaccel keeps about a task.
+
+    Examples:
+        >>> task_info("Pendulum-v1").threshold, task_info("HalfCheetah-v5").family
+        (-200.0, 'mujoco')
+    """
     return TaskInfo(env_id, THRESHOLDS.get(env_id), env_id in CHEAP_TASKS)

@@ -285,7 +285,7 @@ def run_training(spec: TrainSpec) -> TrainResult:
     run = None
     try:
         # only a run with a --logdir can checkpoint; without one a signal keeps its usual effect
-        with _torch_threads(spec.config), \
+        with torch_threads(spec.config), \
                 StopSignal(enabled=bool(spec.logdir) and spec.config.checkpoint.on_signal) as stop, \
                 TrainingProgress(total=spec.steps, label=f"{spec.framework} {spec.algo} {spec.env_id} {spec.variant}",
                                  enabled=spec.progress) as progress:
@@ -334,7 +334,7 @@ def _find_resume_point(spec: TrainSpec) -> None:
 
 
 @contextlib.contextmanager
-def _torch_threads(config: AccelConfig):
+def torch_threads(config: AccelConfig):
     """Torch's intra-op threads for the run: ``training.num_threads`` ("auto": the usable cores); the
     caller's count comes back after it."""
     import torch

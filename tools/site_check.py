@@ -1,7 +1,8 @@
 """Look at the built docs site in a real browser, at a desktop and a phone width, and list what a reader would
 see wrong: a page wider than the window, a code block cut off instead of scrolling, a word or identifier
 cut across lines in a table (elsewhere than after a hyphen, a dash or a slash), a table whose columns scroll out
-of view at desktop width, a figure shrunk to unreadable.
+of view at desktop width, a figure shrunk to unreadable, and the team's internal wording on a page users read
+(:data:`INTERNAL_WORDING`; the lab notebook, ``notes/``, is the team's own).
 
 Needs Chromium and Playwright's Python client (``apt-get install chromium``, ``pip install playwright``;
 Playwright's own browser download is not needed)::
@@ -29,6 +30,10 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-network
 # 7-9 pt at 110 dpi, fall under about 7 px)
 MIN_FIGURE_SCALE = 0.75
 LAB_NOTEBOOK = "notes/"
+# How the team speaks of its own work, which a user reading the docs does not share: the words it keeps off the
+# pages users read (case-insensitive, whole words). Add a phrase when a review finds one.
+INTERNAL_WORDING = ("lent", "these machines", "this machine's disk", "the issue's", "this session", "this stop",
+                    "so far in this", "the team")
 
 # Runs in the page: every defect as [what, where].
 FIND_DEFECTS = """
@@ -115,6 +120,22 @@ def pages(site: Path) -> list[str]:
                   for p in site.rglob("index.html") if "assets" not in p.parts and "search" not in p.parts)
 
 
+def internal_wording(text: str) -> list[str]:
+    """Each phrase of :data:`INTERNAL_WORDING` in ``text``, with the words around it.
+
+    Examples:
+        >>> internal_wording("Measured on the GPU we were lent. Lentils are fine.")
+        ['...GPU we were lent. Lentils are...']
+    """
+    import re
+
+    found = []
+    for phrase in INTERNAL_WORDING:
+        around = rf"(?:\S+\s+){{0,3}}\b{re.escape(phrase)}\b\S*(?:\s+\S+){{0,2}}"
+        found += [f"...{' '.join(match.group().split())}..." for match in re.finditer(around, text, re.IGNORECASE)]
+    return found
+
+
 def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
@@ -134,6 +155,9 @@ def check(site: Path, screenshots: Path | None = None) -> list[str]:
             page = context.new_page()
             for path in pages(site):
                 page.goto(f"{root}/{path}", wait_until="load")
+                if label == "desktop" and not path.startswith(LAB_NOTEBOOK):
+                    defects += [f"{path or '/'} [{label}] internal wording: {found}"
+                                for found in internal_wording(page.inner_text("body"))]
                 for what, where in page.evaluate(FIND_DEFECTS, MIN_FIGURE_SCALE):
                     if what == "table columns out of view" and path.startswith(LAB_NOTEBOOK):
                         continue  # the lab notebook's dated tables, for contributors, may scroll

@@ -52,7 +52,7 @@ def measure_task(task: StudyTask, segments: int = 8, segment_steps: int = 2_000,
     """Interleaved segments of every variant of ``task`` (or those named in ``variants``); ``report`` gets a
     line after each round of segments (the demo prints it: the measure runs for minutes)."""
     from rlaccel_plugins.plugins import get_plugin_manager
-    from rlaccel_plugins.training import _torch_threads
+    from rlaccel_plugins.training import torch_threads
 
     chosen = [v for v in task.variants if variants is None or v.name in variants or v.name == STOCK]
     adapter = get_plugin_manager().adapters.get(task.framework)
@@ -60,7 +60,7 @@ def measure_task(task: StudyTask, segments: int = 8, segment_steps: int = 2_000,
     runs = {}
     for variant in chosen:
         spec = _spec(task, variant, total, seed)
-        with _torch_threads(spec.config):
+        with torch_threads(spec.config):
             run = adapter.load("train")(spec)
         if not hasattr(run, "learn_more"):
             return {"skipped": f"{task.framework}'s training run cannot learn in segments (no learn_more)"}
@@ -71,7 +71,7 @@ def measure_task(task: StudyTask, segments: int = 8, segment_steps: int = 2_000,
     for index in range(segments + 1):
         for name in names if index % 2 == 0 else names[::-1]:
             run, spec = runs[name]
-            with _torch_threads(spec.config):
+            with torch_threads(spec.config):
                 before = run.learn_more(0)[1]
                 started = time.perf_counter()
                 _, after = run.learn_more(segment_steps)

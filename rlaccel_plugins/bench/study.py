@@ -98,9 +98,12 @@ def study_variants(framework: str, algo: str, preset: str, budget: int,
 def _task(env_id: str, framework: str, algo: str, preset: str, budget: int, eval_freq: int,
           requires: str | None = None, candidates: bool = True) -> StudyTask:
     """A study task; its threshold is the task registry's (:mod:`rlaccel_plugins.tasks`)."""
-    from rlaccel_plugins.tasks import THRESHOLDS
+    from rlaccel_plugins.tasks import task_info
 
-    return StudyTask(env_id, framework, algo, budget, eval_freq, THRESHOLDS[env_id],
+    threshold = task_info(env_id).threshold
+    if threshold is None:  # the study's scores are normalised by it
+        raise ValueError(f"the study needs a threshold for {env_id}: add it to rlaccel_plugins.tasks.THRESHOLDS")
+    return StudyTask(env_id, framework, algo, budget, eval_freq, threshold,
                      study_variants(framework, algo, preset, budget, candidates), requires)
 
 
@@ -110,6 +113,15 @@ def compiled_check(task: StudyTask) -> StudyTask:
     uniform = replace(drop_in(task.framework, "off", task.algo, compiled_updates=False), name=UNIFORM)
     compiled = replace(drop_in(task.framework, "off", task.algo, compiled_updates=True), name=COMPILED)
     return replace(task, variants=(uniform, compiled))
+
+
+def volume_base() -> dict[str, int]:
+    """The replay-volume sweep's base, the study's own CartPole DQN task at RL Zoo's settings: ``gradient_steps``
+    of ``batch_size`` per ``train_freq`` env steps (the SB3 adapter's recipe, ``AdapterSpec.recipes``)."""
+    from rlaccel_plugins.plugins import get_plugin_manager
+
+    zoo = get_plugin_manager().adapters.get("sb3").load("recipes")("dqn", "CartPole-v1")
+    return {key: zoo[key] for key in ("gradient_steps", "batch_size", "train_freq")}
 
 
 def replay_volume(task: StudyTask, gradient_steps: int) -> StudyTask:
@@ -144,8 +156,6 @@ TASKS["cartpole-dqn-demo"] = replace(TASKS["cartpole-dqn"], variants=(
 STUDY_TASKS = ("cartpole-dqn", "acrobot-dqn", "cartpole-tianshou")
 FAMILY_TASKS = ("pendulum-v1-sac", "pendulum-v1-td3", "cartpole-qrdqn", "pendulum-sac", "double-pendulum-sac")
 VOLUME_STEPS = (16, 64, 256)
-# RL Zoo's CartPole DQN, the sweep's base (the study's own task): 128 gradient steps of batch 64 per 256 env steps
-VOLUME_BASE = {"gradient_steps": 128, "batch_size": 64, "train_freq": 256}
 COMPILED_CHECKS = ("cartpole-dqn", "acrobot-dqn", "pendulum-v1-sac", "pendulum-sac", "cartpole-qrdqn", "pendulum-v1-td3")
 TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in COMPILED_CHECKS})
 # PPO at RL Zoo's CartPole budget: only its compiled check (its update samples no replay)

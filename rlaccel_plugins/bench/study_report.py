@@ -28,10 +28,10 @@ from rlaccel_plugins.bench.study import (
     TASKS,
     TIERS,
     UNIFORM,
-    VOLUME_BASE,
     VOLUME_STEPS,
     read_runs,
     study_commands,
+    volume_base,
 )
 from rlaccel_plugins.errors import ConfigError
 
@@ -69,7 +69,7 @@ def random_key(env_id: str) -> str:
     return f"{env_id} (gymnasium {version('gymnasium')})"
 
 
-def _random_returns(out: Path, env_ids: set[str]) -> dict[str, float]:
+def random_returns(out: Path, env_ids: set[str]) -> dict[str, float]:
     """``{env_id: random return}``, cached in ``out/random_returns.json`` by env id and gymnasium version."""
     path = out / RANDOM_FILE
     known = json.loads(path.read_text()) if path.exists() else {}
@@ -375,19 +375,21 @@ def decision_table(stats: dict[str, Any]) -> str:
 def volume_rows(stats: dict[str, Any]) -> list[tuple[int, float, dict[str, Any]]]:
     """The replay-volume sweep's points: ``(gradient_steps, samples per env step, P(article tiers > uniform)
     entry)``, the study's own CartPole DQN task as the sweep's base point."""
-    points = [(VOLUME_BASE["gradient_steps"], TASKS["cartpole-dqn"].key)] + [
+    base = volume_base()
+    points = [(base["gradient_steps"], TASKS["cartpole-dqn"].key)] + [
         (g, TASKS[f"cartpole-dqn-gs{g}"].key) for g in VOLUME_STEPS]
     rows = []
     for steps, key in sorted(points):
         pair = stats["tasks"].get(key, {}).get("pairs", {}).get(f"{ARTICLE} > {UNIFORM}")
         if pair and "poi_by" in pair:
-            rows.append((steps, steps * VOLUME_BASE["batch_size"] / VOLUME_BASE["train_freq"], pair))
+            rows.append((steps, steps * base["batch_size"] / base["train_freq"], pair))
     return rows
 
 
 def volume_table(stats: dict[str, Any]) -> str:
     """The replay-volume sweep as a table (the docs include it): P(article tiers > uniform) per point."""
-    lines = [("| gradient steps per 256 env steps | samples per env step | runs | P area | first half | second half "
+    per = volume_base()["train_freq"]
+    lines = [(f"| gradient steps per {per} env steps | samples per env step | runs | P area | first half | second half "
               "| final |"), "|---:|---:|---:|---:|---:|---:|---:|"]
     for steps, samples, pair in volume_rows(stats):
         lines.append(f"| {steps} | {samples:g} | {min(pair['runs'])} | {_poi(pair)} | {_poi(pair, 'early')} | "
@@ -552,7 +554,7 @@ def write_report(out: str | Path, reps: int = ls.REPS) -> dict[str, Any]:
     if not records:
         raise FileNotFoundError(f"no runs in {out / RUNS_FILE}")
     envs = {r.get("env_id") or _task_of(r["task"]).env_id for r in records if r.get("status") == "ok"}
-    randoms = _random_returns(out, envs)
+    randoms = random_returns(out, envs)
     speed_path = out / "speed.json"
     speed = json.loads(speed_path.read_text())["tasks"] if speed_path.exists() else None
     if speed:  # a speed measure from before the variants were renamed (LEGACY_NAMES)

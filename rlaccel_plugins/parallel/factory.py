@@ -101,14 +101,14 @@ def build_builtin_env(env_id: str, num_envs: int, backend: str, seed: int, env_k
     (:class:`~rlaccel_plugins.parallel.atari.AtariOptions`; pass ``atari=AtariOptions(...)`` or a dict);
     ``atari=False`` leaves it out (the caller's kwargs are the backend's own, e.g. envpool's).
     """
-    from rlaccel_plugins.parallel.atari import AtariOptions, is_atari
+    from rlaccel_plugins.parallel.atari import AtariOptions
 
     if backend not in BACKENDS:
         return None
     atari = env_kwargs.pop("atari", None)
     if atari is False:
         atari = None
-    elif atari is not None or is_atari(env_id):
+    elif atari is not None or task_info(env_id).atari:
         atari = atari if isinstance(atari, AtariOptions) else AtariOptions(**(atari or {}))
     if choose_backend(env_id, backend, num_envs) == "envpool":
         import envpool

@@ -12,6 +12,7 @@ import numpy as np
 
 from rlaccel_plugins.config import AUTO, ERE_SETTINGS, AccelConfig, ReplayBufferConfig
 from rlaccel_plugins.errors import ConfigError, invalid
+from rlaccel_plugins.replay.evidence import resolve_sampling
 from rlaccel_plugins.replay.sampler import SampledIndices
 from rlaccel_plugins.replay.schemes import make_sampler
 from rlaccel_plugins.replay.storage import FrameStackStorage, RingStorage
@@ -72,18 +73,14 @@ class TieredReplay:
                  ratio_schedule: str = "constant", anneal_steps: int = 1_000_000,
                  importance_beta: float | None = None, dedup_frames: bool | str = AUTO,
                  sampling: str = "tiers", seed: int | None = None, **scheme: Any) -> None:
-        if sampling == "auto":  # no algorithm known here: what auto means for an unknown family
-            from rlaccel_plugins.replay.evidence import default_sampling
-
-            sampling = default_sampling(None, None)
         if not _sized(level_capacity):
             raise invalid("level_capacity", "be a list of positive integers", level_capacity)
-        self.config = ReplayBufferConfig(levels=len(level_capacity),
+        self.config = resolve_sampling(ReplayBufferConfig(levels=len(level_capacity),
                                          level_capacity=level_capacity,  # type: ignore[arg-type]  # validated there
                                          sampling_ratio=sampling_ratio,  # type: ignore[arg-type]
                                          ratio_schedule=ratio_schedule, anneal_steps=anneal_steps,
                                          importance_beta=importance_beta, dedup_frames=dedup_frames,
-                                         sampling=sampling, **scheme)
+                                         sampling=sampling, **scheme))  # auto: no algorithm known here
         self.layout = TierLayout(self.config.level_capacity, num_envs)
         self.sampler = make_sampler(self.layout, self.config, seed)
         self.num_envs = self.layout.num_envs

@@ -9,7 +9,6 @@ and every task with image observations (Atari: not measured), samples uniformly,
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from rlaccel_plugins.config import ReplayBufferConfig
 
@@ -34,24 +33,3 @@ def resolve_sampling(replay: ReplayBufferConfig, framework: str | None = None, a
         return replay
     return dataclasses.replace(replay, sampling=default_sampling(framework, algo, pixels))
 
-
-def sb3_algorithm_building(depth: int = 8) -> str | None:
-    """The SB3 algorithm whose ``_setup_model`` is building a buffer (``dqn``, ``qrdqn``, ``sac``...), or None.
-
-    SB3 builds the buffer from ``replay_buffer_class`` inside the algorithm's own constructor, which passes the
-    buffer no word of which algorithm it serves; the caller's frame is the one place that says. A subclass
-    counts as the SB3 or sb3-contrib class it derives from.
-    """
-    import sys
-
-    frame: Any = sys._getframe(1)
-    for _ in range(depth):
-        frame = frame.f_back
-        if frame is None:
-            return None
-        owner = frame.f_locals.get("self")
-        if owner is not None and type(owner).__name__ != "type" and hasattr(owner, "_setup_model"):
-            for cls in type(owner).__mro__:
-                if cls.__module__.split(".")[0] in ("stable_baselines3", "sb3_contrib"):
-                    return cls.__name__.lower()
-    return None

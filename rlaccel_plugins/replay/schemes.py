@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlaccel_plugins.config import ReplayBufferConfig
+from rlaccel_plugins.errors import invalid
 from rlaccel_plugins.replay.sampler import SampledIndices, TieredSampler
 from rlaccel_plugins.replay.tiers import TierLayout
 
@@ -187,11 +188,11 @@ class EreSampler(WindowSampler):
         self.drawn = int(state.get("drawn", 0))
 
 
-# the schemes by name: what ``sampling:`` may say (besides ``auto``, resolved per family before this), and how
-# each is built from the replay config; a new scheme is one entry here, its class and its counting test
+# each scheme of the config's list (config.SCHEME_SETTINGS: its name and the settings it reads) built from the
+# replay config; ``auto`` is resolved per algorithm family before this (replay.evidence.resolve_sampling)
 SCHEMES: dict[str, Callable[[TierLayout, ReplayBufferConfig, int | None], Sampler]] = {
-    "tiers": lambda layout, r, seed: TieredSampler(layout, r.sampling_ratio, r.ratio_schedule, r.importance_beta, seed),
     "uniform": lambda layout, r, seed: UniformSampler(layout, seed),
+    "tiers": lambda layout, r, seed: TieredSampler(layout, r.sampling_ratio, r.ratio_schedule, r.importance_beta, seed),
     "ere": lambda layout, r, seed: EreSampler(layout, r.ere_eta, r.ere_c_min, r.ere_updates, seed),
     "cer": lambda layout, r, seed: CerSampler(layout, seed),
 }
@@ -206,8 +207,7 @@ def make_sampler(layout: TierLayout, replay: ReplayBufferConfig, seed: int | Non
         >>> type(make_sampler(TierLayout(replay.level_capacity), replay)).__name__
         'CerSampler'
     """
-    if replay.sampling == "auto":  # no algorithm known here
-        from rlaccel_plugins.replay.evidence import resolve_sampling
-
-        replay = resolve_sampling(replay)
+    if replay.sampling not in SCHEMES:  # ``auto``: the caller knows the algorithm family (replay.evidence)
+        raise invalid("sampling", f"be one of {list(SCHEMES)} here", replay.sampling,
+                      "Resolve auto first: rlaccel_plugins.replay.evidence.resolve_sampling(replay, framework, algo).")
     return SCHEMES[replay.sampling](layout, replay, seed)

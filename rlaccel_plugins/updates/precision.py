@@ -27,9 +27,9 @@ from rlaccel_plugins.errors import ConfigError
 def resolve_dtype(dtype: str, device: str) -> str:
     """The concrete precision for ``dtype`` (may be ``"auto"``) on ``device``."""
     if dtype == "auto":
-        from rlaccel_plugins.hardware import _auto_precision
+        from rlaccel_plugins.hardware import auto_precision
 
-        return _auto_precision(device)
+        return auto_precision(device)
     return dtype
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlaccel_plugins.config import _int
+from rlaccel_plugins.config import checked_int
 
 
 class SparseDenseSchedule:
@@ -15,7 +15,7 @@ class SparseDenseSchedule:
     """
 
     def __init__(self, sparse_update_interval: int = 100) -> None:
-        self.interval = int(_int("sparse_update_interval", sparse_update_interval, minimum=1))
+        self.interval = int(checked_int("sparse_update_interval", sparse_update_interval, minimum=1))
 
     def is_full(self, step: int) -> bool:
         return step % self.interval == 0

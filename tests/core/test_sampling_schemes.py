@@ -107,7 +107,9 @@ def test_make_sampler_follows_the_config_and_bad_values_are_refused_clearly():
         assert rla.get_preset(preset).replay_buffer.sampling == "uniform", preset
     assert rla.get_preset("off").replay_buffer.levels == 1  # one level: its tiers sampler draws uniformly
     assert rla.load_config().replay_buffer.sampling == "auto"  # resolved per algorithm family by the adapters
-    assert type(make_sampler(layout, rla.load_config().replay_buffer)).__name__ == "UniformSampler"  # no family known
+    assert rla.TieredReplay.from_config(rla.load_config()).config.sampling == "uniform"  # no family known
+    with pytest.raises(ConfigError, match=r"sampling must be one of .* here, got sampling='auto'.*resolve_sampling"):
+        make_sampler(layout, rla.load_config().replay_buffer)  # auto needs the family: the caller resolves it
     with pytest.raises(ConfigError, match=r"sampling must be one of .*got sampling='eer'.*Did you mean 'ere'"):
         rla.load_config(sampling="eer")
     with pytest.raises(ConfigError, match="importance_beta must be unset with sampling='cer'"):
@@ -128,10 +130,10 @@ def test_ratios_a_user_sets_are_used_whatever_sampling_the_preset_has():
 
 
 def test_every_scheme_named_by_the_config_is_registered_and_keeps_the_sampler_contract():
-    from rlaccel_plugins.config import SAMPLING_SCHEMES
+    from rlaccel_plugins.config import SCHEME_SETTINGS
     from rlaccel_plugins.replay.schemes import SCHEMES, Sampler
 
-    assert set(SAMPLING_SCHEMES) == {"auto", *SCHEMES}
+    assert list(SCHEMES) == list(SCHEME_SETTINGS)  # the config's one list of schemes, each with its sampler
     layout = TierLayout([10, 90], num_envs=2)
     for name in SCHEMES:
         replay = rla.load_config(sampling=name, levels=2, level_capacity=[10, 90], sampling_ratio=[0.5, 0.5],

@@ -59,6 +59,22 @@ def test_the_check_finds_a_table_whose_columns_scroll_out_of_view_at_desktop_wid
     assert [d for d in defects if "table columns out of view" in d and "[desktop]" in d], defects
 
 
+def test_the_check_finds_a_shrunk_figure_and_the_teams_internal_wording_but_not_in_the_lab_notebook(tmp_path):
+    from PIL import Image
+
+    site = tmp_path / "site"
+    (site / "notes").mkdir(parents=True)
+    Image.new("RGB", (1200, 400), "white").save(site / "plot.png")
+    body = ('<div class="md-content" style="width: 700px"><p>Measured on the GPU we were lent.</p>'
+            '<img src="/plot.png" style="max-width: 100%"></div>')
+    (site / "index.html").write_text(f"<!doctype html><html><body>{body}</body></html>")
+    (site / "notes" / "index.html").write_text('<!doctype html><html><body><p>The machine we were lent.</p></body></html>')
+    defects = site_check.check(site)
+    assert any(d.startswith("/ [desktop] figure shrunk to 58%") for d in defects), defects
+    assert any(d.startswith("/ [desktop] internal wording: ...GPU we were lent.") for d in defects), defects
+    assert not [d for d in defects if d.startswith("notes/")], defects
+
+
 @pytest.mark.needs("mkdocs")
 def test_the_built_site_shows_no_defect_a_reader_sees(tmp_path):
     site = tmp_path / "site"

@@ -29,12 +29,32 @@ from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.type_aliases import DictReplayBufferSamples, ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
-from rlaccel_plugins.config import ReplayBufferConfig, _int
+from rlaccel_plugins.config import ReplayBufferConfig, checked_int
 from rlaccel_plugins.errors import ConfigError, RlaccelWarning, invalid
 from rlaccel_plugins.loader import resolve_replay_config
 from rlaccel_plugins.replay import TieredReplay
-from rlaccel_plugins.replay.evidence import resolve_sampling, sb3_algorithm_building
+from rlaccel_plugins.replay.evidence import resolve_sampling
 from rlaccel_plugins.replay.sampler import seed_from_numpy_global_state
+
+
+def algorithm_building(depth: int = 8) -> str | None:
+    """The SB3 algorithm whose ``_setup_model`` is building a buffer (``dqn``, ``qrdqn``, ``sac``...), or None.
+
+    SB3 builds the buffer from ``replay_buffer_class`` inside the algorithm's own constructor, which passes the
+    buffer no word of which algorithm it serves; the caller's frame is the one place that says. A subclass
+    counts as the SB3 or sb3-contrib class it derives from.
+    """
+    frame: Any = sys._getframe(1)
+    for _ in range(depth):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if owner is not None and type(owner).__name__ != "type" and hasattr(owner, "_setup_model"):
+            for cls in type(owner).__mro__:
+                if cls.__module__.split(".")[0] in ("stable_baselines3", "sb3_contrib"):
+                    return cls.__name__.lower()
+    return None
 
 
 def as_stored_row(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -97,9 +117,7 @@ class TieredBufferMixin:
                                            sampling_ratio=sampling_ratio, ratio_schedule=ratio_schedule,
                                            anneal_steps=anneal_steps, importance_beta=importance_beta,
                                            sampling=sampling)
-        if replay.sampling == "auto":
-            replay = resolve_sampling(replay, "sb3", sb3_algorithm_building(),
-                                      pixels=_has_pixels(observation_space))
+        replay = resolve_sampling(replay, "sb3", algorithm_building(), pixels=_has_pixels(observation_space))
         seed = seed_from_numpy_global_state() if seed is None else seed
         self._engine = TieredReplay.from_config(replay, num_envs=n_envs, seed=seed)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device=device, n_envs=n_envs)
@@ -108,7 +126,7 @@ class TieredBufferMixin:
         # the flag is accepted (and kept, SB3 reads it) but changes nothing here
         self.optimize_memory_usage = optimize_memory_usage
         self.handle_timeout_termination = handle_timeout_termination
-        self.n_steps = int(_int("n_steps", n_steps, minimum=1))
+        self.n_steps = int(checked_int("n_steps", n_steps, minimum=1))
         self.gamma = float(gamma)
         self._action_shape = (n_envs, self.action_dim)
         self._plain_box = isinstance(observation_space, spaces.Box)  # obs passes through as it is

@@ -72,7 +72,7 @@ class Checkpoints:
 
     def finish(self, model) -> None:
         """The end of training: a last checkpoint, at the final step, where checkpoints are on."""
-        if self.store is not None and self.schedule.enabled and (self.last is None or self.last.step != model.num_timesteps):
+        if self.store is not None and self.schedule.due_at_end(model.num_timesteps, self.last):
             self.save(model)
 
     def save(self, model) -> Checkpoint:

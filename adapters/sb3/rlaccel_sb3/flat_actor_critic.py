@@ -125,6 +125,32 @@ def critic_losses(current: list[torch.Tensor], target: torch.Tensor,
     return loss, sum((w * (q - target) ** 2).mean() for q in current)
 
 
+def critics_target(next_q: list[torch.Tensor], rewards, dones, discounts,
+                   entropy: torch.Tensor | None = None) -> torch.Tensor:
+    """SB3's SAC and TD3 target: the smallest of the target critics' values (less SAC's ``ent_coef *
+    log_prob`` of the next actions, ``entropy``), discounted onto the rewards where the episode goes on."""
+    smallest, _ = torch.min(torch.cat(next_q, dim=1), dim=1, keepdim=True)
+    if entropy is not None:
+        smallest = smallest - entropy
+    return rewards + (1 - dones) * discounts * smallest
+
+
+def smoothed_target_actions(target_actions: torch.Tensor, noise: torch.Tensor, noise_clip: float) -> torch.Tensor:
+    """TD3's target policy smoothing: the target actor's actions plus clipped noise, clipped to the action box."""
+    return (target_actions + noise.clamp(-noise_clip, noise_clip)).clamp(-1, 1)
+
+
+def sac_actor_loss(q_values: list[torch.Tensor], log_prob: torch.Tensor, ent_coef) -> torch.Tensor:
+    """SB3's SAC actor loss: ``ent_coef * log_prob`` less the smallest critic's value of the actor's actions."""
+    min_qf_pi, _ = torch.min(torch.cat(q_values, dim=1), dim=1, keepdim=True)
+    return (ent_coef * log_prob - min_qf_pi).mean()
+
+
+def ent_coef_loss(log_ent_coef: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
+    """SB3's SAC entropy coefficient loss (the log-probabilities held fixed)."""
+    return -(log_ent_coef * (log_prob + target_entropy).detach()).mean()
+
+
 def squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor,
                       epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
     """SB3's ``SquashedDiagGaussianDistribution`` sample for the standard-normal draw ``noise`` (its

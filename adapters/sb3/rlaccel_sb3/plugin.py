@@ -17,6 +17,7 @@ def rlaccel_register_adapters(registry: Any) -> None:
         supports="Stable-Baselines3 / sb3-contrib models (BaseAlgorithm)",
         accelerate="rlaccel_sb3.acceleration:accelerate", train="rlaccel_sb3.train:Sb3Training",
         export="rlaccel_sb3.export:export", verified="rlaccel_sb3.verified:CODE",
+        recipes="rlaccel_sb3.train:zoo_settings",
         algos={name.lower(): f"{package}:{name}" for package, name in (
             ("stable_baselines3", "DQN"), ("sb3_contrib", "QRDQN"), ("stable_baselines3", "SAC"),
             ("stable_baselines3", "TD3"), ("stable_baselines3", "DDPG"), ("stable_baselines3", "PPO"),

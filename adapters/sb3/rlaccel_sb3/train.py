@@ -31,7 +31,7 @@ from rlaccel_plugins.errors import ConfigError
 from rlaccel_plugins.hardware import resolve_auto
 from rlaccel_plugins.plugins import get_plugin_manager
 from rlaccel_plugins.replay.sizing import tiers_for_capacity
-from rlaccel_plugins.tasks import task_info
+from rlaccel_plugins.tasks import TaskInfo, task_info
 from rlaccel_plugins.training import (
     EvalClock,
     Learned,
@@ -91,16 +91,22 @@ ZOO: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
-def zoo_settings(algo: str, env_id: str) -> dict[str, Any]:
-    """RL Zoo's settings for the task (its ``atari`` entry for Atari games; the MinAtar paper's for MinAtar
-    games; SB3's defaults otherwise)."""
-    return copy.deepcopy(ZOO.get((algo, task_info(env_id).recipe), {}))
+def zoo_settings(algo: str, task: str | TaskInfo) -> dict[str, Any]:
+    """RL Zoo's settings for the task, an env id or its :class:`~rlaccel_plugins.tasks.TaskInfo` (its ``atari``
+    entry for Atari games; the MinAtar paper's for MinAtar games; SB3's defaults otherwise).
+
+    Examples:
+        >>> zoo_settings("dqn", "CartPole-v1")["gradient_steps"]
+        128
+    """
+    info = task if isinstance(task, TaskInfo) else task_info(task)
+    return copy.deepcopy(ZOO.get((algo, info.recipe), {}))
 
 
 def build(spec: TrainSpec):
     """The model and its extra callbacks for ``spec``."""
     cls = get_plugin_manager().adapters.get("sb3").algo_class(spec.algo)
-    kwargs = zoo_settings(spec.algo, spec.env_id)
+    kwargs = zoo_settings(spec.algo, spec.task)
     zoo_steps = kwargs.pop("n_timesteps", spec.steps)
     n_envs = kwargs.pop("n_envs", 1)
     if "exploration_fraction" in kwargs:  # keep RL Zoo's absolute exploration length whatever the budget
@@ -126,7 +132,7 @@ def build(spec: TrainSpec):
             kwargs["buffer_size"] = rb.capacity
             if rb.n_step != "auto":
                 kwargs["n_steps"] = rb.n_step  # handed to the tiered buffer below
-        if training.net_arch != "auto" and not (spec.task.atari or spec.task.minatar):  # a recipe's own network
+        if training.net_arch != "auto" and not spec.task.pixels:  # a recipe's own network
             kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), "net_arch": list(training.net_arch)}
     if spec.dropin and is_off_policy:  # the README's drop-in on the framework's own recipe: nothing else changes
         buffer_size = kwargs.get("buffer_size", inspect.signature(cls).parameters["buffer_size"].default)

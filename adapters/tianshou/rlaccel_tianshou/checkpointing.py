@@ -80,7 +80,7 @@ class Checkpoints:
 
     def finish(self, env_steps: int, extra: dict[str, Any] | None = None) -> None:
         """The end of training: a last checkpoint, at the final step, where checkpoints are on."""
-        if self.store is not None and self.schedule.enabled and (self.last is None or self.last.step != env_steps):
+        if self.store is not None and self.schedule.due_at_end(env_steps, self.last):
             self.save(env_steps, extra)
 
     def save(self, env_steps: int, extra: dict[str, Any] | None = None) -> Checkpoint:

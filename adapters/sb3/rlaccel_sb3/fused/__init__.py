@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rlaccel_sb3.fused.common import GraphsPerModel
-from rlaccel_sb3.fused.registry import ALGORITHMS, COMPILED, SUPPORTED
+from rlaccel_sb3.fused.registry import ALGORITHMS, COMPILED, SUPPORTED, FusedAlgorithm
 
 __all__ = ["SUPPORTED", "break_even", "compiled_pays", "compiled_unavailable", "fused_train_for", "planned_gradient_steps", "trains"]
 
@@ -47,15 +47,15 @@ def fused_train_for(model, guard=None, cuda_graphs: bool = True,
     optimizers step with PyTorch's single-kernel ``fused=True`` implementation instead of the multi-tensor
     one: faster on the CPU, rounded differently (equal to SB3's within the tolerance
     ``tests/equivalence/test_sb3_fused.py`` states). With ``compiled=True`` (``training.compiled_updates``)
-    a CPU model's gradient steps run as one compiled call each where its family has one (DQN, SAC;
-    :mod:`rlaccel_plugins.fused.compiled_step`): faster, equal within a derived tolerance. The returned function's ``release()`` drops the graphs and puts
+    a CPU model's gradient steps run as one compiled call each where its registry entry has a compiled step
+    (:data:`~rlaccel_sb3.fused.registry.COMPILED`; :mod:`rlaccel_plugins.fused.compiled_step`): faster, equal within a derived tolerance. The returned function's ``release()`` drops the graphs and puts
     the optimizers' kernels back (the callback calls it when it removes the override).
     """
-    build = trains().get(type(model).train)
-    if build is None:
+    entry = trains().get(type(model).train)
+    if entry is None:
         return None
-    graphs = GraphsPerModel(model, guard, cuda_graphs, compiled)
-    train = build(model, graphs, fused_optimizer)
+    graphs = GraphsPerModel(model, guard, cuda_graphs, entry.compiled if compiled else None)
+    train = entry.build(model, graphs, fused_optimizer)
     train.__doc__ = f"rlaccel's fused {type(model).__name__}.train (same math, fewer ops)"
     train.release = graphs.release
     train.graphs = graphs
@@ -67,7 +67,7 @@ def compiled_unavailable(model) -> str | None:
     entry = _entry_of(model)
     if entry is None:
         return f"{type(model).__name__} has no compiled step ({', '.join(COMPILED)} have)"
-    step = entry.builder("compiled")(model, compile=False)
+    step = entry.compiled(model, compile=False)
     return step if isinstance(step, str) else None
 
 
@@ -128,8 +128,8 @@ def _entry_of(model):
     return next((a for a in ALGORITHMS if a.compiled and a.own_train() is type(model).train), None)
 
 
-def trains() -> dict[Callable, Callable]:
-    """The dispatch table: SB3's own ``train`` → the builder of its fused one,
-    ``build(model, graphs, fused_optimizer) -> train``, for every :data:`~rlaccel_sb3.fused.registry.ALGORITHMS`
-    entry whose package is installed (an algorithm inheriting a ``train`` — SB3's DDPG — finds it by that)."""
-    return {own: entry.builder() for entry in ALGORITHMS if (own := entry.own_train()) is not None}
+def trains() -> dict[Callable, FusedAlgorithm]:
+    """The dispatch table: SB3's own ``train`` → its :data:`~rlaccel_sb3.fused.registry.ALGORITHMS` entry
+    (``entry.build(model, graphs, fused_optimizer) -> train``), for every entry whose package is installed
+    (an algorithm inheriting a ``train`` — SB3's DDPG — finds it by that)."""
+    return {own: entry for entry in ALGORITHMS if (own := entry.own_train()) is not None}

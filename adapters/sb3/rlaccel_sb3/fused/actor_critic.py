@@ -17,8 +17,6 @@ from rlaccel_plugins.fused.module_cache import parameters as module_parameters
 from rlaccel_sb3 import flat_actor_critic as flat
 from rlaccel_sb3.fused.batches import Batches, iter_batches, step_of
 from rlaccel_sb3.fused.common import GraphsPerModel, compiled_steps, mean_of, replay_loops, step_key
-from rlaccel_sb3.fused.compiled_sac import CompiledSACStep
-from rlaccel_sb3.fused.compiled_td3 import CompiledTD3Step
 from rlaccel_sb3.training_mode import set_training_mode
 
 
@@ -46,11 +44,10 @@ def _td3_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
                  update_actor: bool):
             with torch.no_grad():
                 noise = actions.clone().data.normal_(0, model.target_policy_noise)
-                noise = noise.clamp(-model.target_noise_clip, model.target_noise_clip)
-                next_actions = (target_actor_f(next_observations) + noise).clamp(-1, 1)
-                next_q = torch.cat(target_critic_f(next_observations, next_actions), dim=1)
-                next_q, _ = torch.min(next_q, dim=1, keepdim=True)
-                target = rewards + (1 - dones) * discounts * next_q
+                next_actions = flat.smoothed_target_actions(target_actor_f(next_observations), noise,
+                                                            model.target_noise_clip)
+                target = flat.critics_target(target_critic_f(next_observations, next_actions), rewards, dones,
+                                             discounts)
             critic_loss, weighted = flat.critic_losses(critic_f(observations, actions), target, weights)
             zero_grad(critic.optimizer)
             weighted.backward()
@@ -150,7 +147,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
             outputs = ()
             if tuned:
                 ent_coef = torch.exp(model.log_ent_coef.detach())
-                ent_coef_loss = -(model.log_ent_coef * (log_prob + model.target_entropy).detach()).mean()
+                ent_coef_loss = flat.ent_coef_loss(model.log_ent_coef, log_prob, model.target_entropy)
                 outputs = (ent_coef_loss.detach(),)
                 zero_grad(model.ent_coef_optimizer)
                 ent_coef_loss.backward()
@@ -160,18 +157,14 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
             outputs += (ent_coef.detach().reshape(()),)
             with torch.no_grad():
                 next_actions, next_log_prob = sample_f(next_observations)
-                next_q = torch.cat(target_critic_f(next_observations, next_actions), dim=1)
-                next_q, _ = torch.min(next_q, dim=1, keepdim=True)
-                next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
-                target = rewards + (1 - dones) * discounts * next_q
+                target = flat.critics_target(target_critic_f(next_observations, next_actions), rewards, dones,
+                                             discounts, ent_coef * next_log_prob.reshape(-1, 1))
             critic_loss, weighted = flat.critic_losses(critic_f(observations, actions), target, weights)
             critic_loss, weighted = 0.5 * critic_loss, 0.5 * weighted
             zero_grad(critic.optimizer)
             weighted.backward()
             steps.optimizer_step(critic.optimizer)
-            q_values_pi = torch.cat(critic_f(observations, actions_pi), dim=1)
-            min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
-            actor_loss = (ent_coef * log_prob - min_qf_pi).mean()
+            actor_loss = flat.sac_actor_loss(critic_f(observations, actions_pi), log_prob, ent_coef)
             zero_grad(actor.optimizer)
             backward_to(actor_loss, actor.optimizer)  # not into the critics' weights: never applied
             steps.optimizer_step(actor.optimizer)
@@ -217,7 +210,7 @@ def _sac_train(model, gradient_steps: int, batch_size: int, graphs: GraphsPerMod
 
 
 def sac_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
-    compiled_of = compiled_steps(model, graphs, CompiledSACStep.build) if graphs.compiled else None
+    compiled_of = compiled_steps(model, graphs)
 
     def train(gradient_steps: int, batch_size: int = 100) -> None:
         _sac_train(model, gradient_steps, batch_size, graphs, fused_optimizer, compiled_of)
@@ -226,7 +219,7 @@ def sac_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[
 
 def td3_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
     """TD3's and DDPG's (SB3's ``DDPG`` inherits ``TD3.train``)."""
-    compiled_of = compiled_steps(model, graphs, CompiledTD3Step.build) if graphs.compiled else None
+    compiled_of = compiled_steps(model, graphs)
 
     def train(gradient_steps: int, batch_size: int = 100) -> None:
         _td3_train(model, gradient_steps, batch_size, graphs, fused_optimizer, compiled_of)

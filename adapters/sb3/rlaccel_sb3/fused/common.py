@@ -16,10 +16,11 @@ from rlaccel_plugins.fused.graphs import StepGraphs, graphs_possible
 class GraphsPerModel:
     """The model's :class:`StepGraphs` (one per step function), kept from one ``train()`` call to the
     next — a captured graph holds the addresses of the parameters, gradients and optimizer state — and
-    dropped when those change (``optimizer.load_state_dict``) or on :meth:`release`. ``compiled``: on the
-    CPU, steps run as one compiled call where the family has one (``training.compiled_updates``)."""
+    dropped when those change (``optimizer.load_state_dict``) or on :meth:`release`. ``compiled``: the
+    algorithm's compiled-step builder (its registry entry's) where the steps run as one compiled call each
+    (``training.compiled_updates``), else None."""
 
-    def __init__(self, model, guard, cuda_graphs: bool, compiled: bool = False) -> None:
+    def __init__(self, model, guard, cuda_graphs: bool, compiled: Callable | None = None) -> None:
         self.model, self.guard, self.cuda_graphs, self.compiled = model, guard, cuda_graphs, compiled
         self.steps: StepGraphs | None = None
         self.reason: str | None = None  # why the steps run eagerly on a CUDA device
@@ -57,10 +58,13 @@ class GraphsPerModel:
             self.steps = None
 
 
-def compiled_steps(model, graphs: GraphsPerModel, build: Callable) -> Callable[[], Any]:
-    """``compiled_of()`` for a family's fused ``train()``: the model's compiled step (``build(model)``, made
-    on first use and again when the optimizers were replaced), or None where it cannot run: autocast on,
-    compilation failed, or ``build`` said why not (a string)."""
+def compiled_steps(model, graphs: GraphsPerModel) -> Callable[[], Any] | None:
+    """``compiled_of()`` for a family's fused ``train()`` (None: its steps run eagerly): the model's compiled
+    step (``graphs.compiled(model)``, made on first use and again when the optimizers were replaced), or None
+    where it cannot run: autocast on, compilation failed, or the builder said why not (a string)."""
+    build = graphs.compiled
+    if build is None:
+        return None
     step_of = steps_of(lambda: build(model), lambda: _optimizers_of(model))
 
     def compiled_of():

@@ -151,7 +151,7 @@ def _sac_body(static, states, targets, x):
         ent_coef = torch.exp(ent[0][0]).detach()  # before its step, as SB3 reads it
 
         def ent_coef_loss_of(params):
-            loss = -(params[0] * (log_prob + target_entropy)).mean()
+            loss = flat.ent_coef_loss(params[0], log_prob, target_entropy)
             return loss, loss.detach()
 
         grads, ent_coef_loss = torch.func.grad(ent_coef_loss_of, has_aux=True)(ent[0])
@@ -162,10 +162,8 @@ def _sac_body(static, states, targets, x):
     outputs.append(ent_coef.reshape(()))
     with torch.no_grad():
         next_actions, next_log_prob = _actor_sample(latent_kinds, actor[0], next_observations, next_noise, epsilon)
-        next_q = torch.cat(_critics(kinds, targets, n_critics, next_observations, next_actions), dim=1)
-        next_q, _ = torch.min(next_q, dim=1, keepdim=True)
-        next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
-        target = rewards + (1 - dones) * discounts * next_q
+        target = flat.critics_target(_critics(kinds, targets, n_critics, next_observations, next_actions), rewards,
+                                     dones, discounts, ent_coef * next_log_prob.reshape(-1, 1))
 
     def critic_loss_of(params):
         current = _critics(kinds, params, n_critics, observations, actions)
@@ -178,9 +176,8 @@ def _sac_body(static, states, targets, x):
 
     def actor_loss_of(params):
         actions_pi, log_prob_pi = _actor_sample(latent_kinds, params, observations, noise, epsilon)
-        q_values_pi = torch.cat(_critics(kinds, updated_critic, n_critics, observations, actions_pi), dim=1)
-        min_qf_pi, _ = torch.min(q_values_pi, dim=1, keepdim=True)
-        loss = (ent_coef * log_prob_pi.reshape(-1, 1) - min_qf_pi).mean()
+        loss = flat.sac_actor_loss(_critics(kinds, updated_critic, n_critics, observations, actions_pi),
+                                   log_prob_pi.reshape(-1, 1), ent_coef)
         return loss, loss.detach()
 
     grads, actor_loss = torch.func.grad(actor_loss_of, has_aux=True)(actor[0])

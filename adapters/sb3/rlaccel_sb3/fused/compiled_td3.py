@@ -123,11 +123,10 @@ def _td3_body(static, states, targets, x):
     for s in range(group):
         observations, actions, next_observations, rewards, dones, discounts, noise, weights = (t[s] for t in x)
         with torch.no_grad():
-            noise = noise.clamp(-noise_clip, noise_clip)
-            next_actions = (apply_layers(actor_kinds, actor_targets, next_observations.float()) + noise).clamp(-1, 1)
-            next_q = torch.cat(_critics(kinds, critic_targets, n_critics, next_observations, next_actions), dim=1)
-            next_q, _ = torch.min(next_q, dim=1, keepdim=True)
-            target = rewards + (1 - dones) * discounts * next_q
+            next_actions = flat.smoothed_target_actions(
+                apply_layers(actor_kinds, actor_targets, next_observations.float()), noise, noise_clip)
+            target = flat.critics_target(_critics(kinds, critic_targets, n_critics, next_observations, next_actions),
+                                         rewards, dones, discounts)
 
         def critic_loss_of(params, observations=observations, actions=actions, target=target, weights=weights):
             current = _critics(kinds, params, n_critics, observations, actions)

@@ -291,7 +291,7 @@ def _compiled_on_policy_step(model, loss_of: Callable, constants: tuple, compile
 
 
 def ppo_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[[], None]:
-    compiled_of = compiled_steps(model, graphs, compiled_ppo_step) if graphs.compiled else None
+    compiled_of = compiled_steps(model, graphs)
 
     def train() -> None:
         _ppo_train(model, fused_optimizer, compiled_of)
@@ -299,7 +299,7 @@ def ppo_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[
 
 
 def a2c_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[[], None]:
-    compiled_of = compiled_steps(model, graphs, compiled_a2c_step) if graphs.compiled else None
+    compiled_of = compiled_steps(model, graphs)
 
     def train() -> None:
         _a2c_train(model, fused_optimizer, compiled_of)

@@ -4,8 +4,9 @@ From it come the dispatch (:func:`rlaccel_sb3.fused.trains`), ``SUPPORTED``, the
 (:func:`rlaccel_sb3.fused.compiled_unavailable`), which off-policy algorithms collect lean
 (:mod:`rlaccel_sb3.collection`, :mod:`rlaccel_sb3.rollouts`), the framework code each update and the lean
 collection are verified against (:mod:`rlaccel_sb3.verified`) and the docs' support table. Adding an algorithm is one entry here, its
-builder in the family module, and its equivalence test (docs: Contributing). Strings only: importing this
-imports no framework.
+builder in the family module, and its equivalence test (docs: Contributing). The builders are the family
+modules' own functions; the framework code is named by strings (``module:qualname``), so that an algorithm
+whose package is not installed (sb3-contrib's QR-DQN) is listed all the same.
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
+
+from rlaccel_sb3.fused.actor_critic import sac_train, td3_train
+from rlaccel_sb3.fused.compiled_sac import CompiledSACStep
+from rlaccel_sb3.fused.compiled_td3 import CompiledTD3Step
+from rlaccel_sb3.fused.on_policy import a2c_train, compiled_a2c_step, compiled_ppo_step, ppo_train
+from rlaccel_sb3.fused.value_based import compiled_dqn_step, compiled_qrdqn_step, dqn_train, qrdqn_train
 
 SB3, CONTRIB = "stable_baselines3", "sb3_contrib"
 _RATE = f"{SB3}.common.base_class:BaseAlgorithm._update_learning_rate"
@@ -31,8 +38,9 @@ ACTOR_CRITIC_POLICY = (f"{SB3}.common.policies:ActorCriticPolicy.evaluate_action
 class FusedAlgorithm:
     """One SB3 algorithm whose ``train()`` rlaccel runs fused.
 
-    ``build`` and ``compiled`` name ``module:function`` in ``rlaccel_sb3.fused``: ``build(model, graphs,
-    fused_optimizer) -> train``; ``compiled(model, compile=True) -> step | why not``. ``replaces``: the
+    ``build(model, graphs, fused_optimizer) -> train``: its family module's fused ``train``;
+    ``compiled(model, compile=True) -> step | why not``: its compiled gradient step (None: none), which the
+    fused ``train`` runs where ``training.compiled_updates`` says so. ``replaces``: the
     framework code the update computes as (fingerprinted in ``verified.json``). ``runs_for``: the
     algorithms that inherit this ``train`` (SB3's DDPG runs TD3's). ``break_even``: the gradient steps a
     ``learn()`` call must plan for ``compiled_updates: auto`` to compile (:func:`rlaccel_sb3.fused.compiled_pays`).
@@ -44,14 +52,18 @@ class FusedAlgorithm:
 
     name: str
     package: str
-    family: str
-    build: str
+    build: Callable
     replaces: tuple[str, ...]
-    compiled: str | None = None
+    compiled: Callable | None = None
     runs_for: tuple[str, ...] = ()
     break_even: int | None = None
     collects: tuple[str, ...] = ()
     q_networks: tuple[str, str] | None = None
+
+    @property
+    def family(self) -> str:
+        """Its family module in ``rlaccel_sb3.fused`` (``value_based``, ``actor_critic``, ``on_policy``)."""
+        return self.build.__module__.rsplit(".", 1)[-1]
 
     @property
     def key(self) -> str:
@@ -70,13 +82,6 @@ class FusedAlgorithm:
         cls = self.algorithm_class()
         return cls.train if cls is not None else None
 
-    def builder(self, which: str = "build") -> Callable:
-        module, _, name = getattr(self, which).partition(":")
-        target: object = import_module(f"rlaccel_sb3.fused.{module}")
-        for part in name.split("."):
-            target = getattr(target, part)
-        return target  # type: ignore[return-value]
-
 
 # compiled_updates: auto compiles a learn() call planning at least this many gradient steps: where loading the
 # saved compiled step (about 2.5 s on a 2-core CPU) is paid back by what each compiled step saves against the
@@ -87,36 +92,36 @@ class FusedAlgorithm:
 DQN_BREAK_EVEN, QRDQN_BREAK_EVEN, SAC_BREAK_EVEN, TD3_BREAK_EVEN, PPO_BREAK_EVEN = 5_000, 2_500, 1_000, 2_500, 2_000
 
 ALGORITHMS = (
-    FusedAlgorithm("DQN", SB3, "value_based", "value_based:dqn_train",
+    FusedAlgorithm("DQN", SB3, dqn_train,
                    (f"{SB3}.dqn.dqn:DQN.train", f"{SB3}.dqn.policies:QNetwork.forward", _RATE, _MODE, *_REPLAY),
-                   compiled="value_based:compiled_dqn_step", break_even=DQN_BREAK_EVEN,
+                   compiled=compiled_dqn_step, break_even=DQN_BREAK_EVEN,
                    collects=(f"{SB3}.dqn.dqn:DQN._on_step", f"{SB3}.dqn.dqn:DQN.predict",
                              f"{SB3}.dqn.policies:QNetwork._predict"), q_networks=("q_net", "q_net_target")),
-    FusedAlgorithm("QRDQN", CONTRIB, "value_based", "value_based:qrdqn_train",
+    FusedAlgorithm("QRDQN", CONTRIB, qrdqn_train,
                    (f"{CONTRIB}.qrdqn.qrdqn:QRDQN.train", f"{CONTRIB}.qrdqn.policies:QuantileNetwork.forward",
                     f"{CONTRIB}.common.utils:quantile_huber_loss", _RATE, _MODE, *_REPLAY),
-                   compiled="value_based:compiled_qrdqn_step", break_even=QRDQN_BREAK_EVEN,
+                   compiled=compiled_qrdqn_step, break_even=QRDQN_BREAK_EVEN,
                    collects=(f"{CONTRIB}.qrdqn.qrdqn:QRDQN._on_step", f"{CONTRIB}.qrdqn.qrdqn:QRDQN.predict",
                              f"{CONTRIB}.qrdqn.policies:QuantileNetwork._predict"),
                    q_networks=("quantile_net", "quantile_net_target")),
-    FusedAlgorithm("SAC", SB3, "actor_critic", "actor_critic:sac_train",
+    FusedAlgorithm("SAC", SB3, sac_train,
                    (f"{SB3}.sac.sac:SAC.train", f"{SB3}.sac.policies:Actor.action_log_prob",
                     f"{SB3}.sac.policies:Actor.get_action_dist_params",
                     f"{SB3}.common.distributions:SquashedDiagGaussianDistribution.log_prob",
                     f"{SB3}.common.distributions:SquashedDiagGaussianDistribution.log_prob_from_params",
                     *_CRITIC, _POLYAK, _RATE, _MODE, *_REPLAY),
-                   compiled="compiled_sac:CompiledSACStep.build", break_even=SAC_BREAK_EVEN,
+                   compiled=CompiledSACStep.build, break_even=SAC_BREAK_EVEN,
                    collects=(f"{SB3}.sac.policies:Actor.forward",)),
-    FusedAlgorithm("TD3", SB3, "actor_critic", "actor_critic:td3_train",
+    FusedAlgorithm("TD3", SB3, td3_train,
                    (f"{SB3}.td3.td3:TD3.train", f"{SB3}.td3.policies:Actor.forward", *_CRITIC, _POLYAK, _RATE, _MODE,
-                    *_REPLAY), compiled="compiled_td3:CompiledTD3Step.build", runs_for=("DDPG",),
+                    *_REPLAY), compiled=CompiledTD3Step.build, runs_for=("DDPG",),
                    break_even=TD3_BREAK_EVEN, collects=(f"{SB3}.td3.policies:Actor.forward",)),
-    FusedAlgorithm("PPO", SB3, "on_policy", "on_policy:ppo_train",
+    FusedAlgorithm("PPO", SB3, ppo_train,
                    (f"{SB3}.ppo.ppo:PPO.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE),
-                   compiled="on_policy:compiled_ppo_step", break_even=PPO_BREAK_EVEN),
-    FusedAlgorithm("A2C", SB3, "on_policy", "on_policy:a2c_train",
+                   compiled=compiled_ppo_step, break_even=PPO_BREAK_EVEN),
+    FusedAlgorithm("A2C", SB3, a2c_train,
                    (f"{SB3}.a2c.a2c:A2C.train", *ACTOR_CRITIC_POLICY, *_ROLLOUT, _RATE, _MODE),
-                   compiled="on_policy:compiled_a2c_step"),
+                   compiled=compiled_a2c_step),
 )
 
 # the algorithms with an equivalence-tested fused train(), those that inherit one included

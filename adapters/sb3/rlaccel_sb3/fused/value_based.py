@@ -48,29 +48,34 @@ def _value_train(model, gradient_steps: int, batch_size: int, targets_of: Callab
             steps.optimizer_step(policy.optimizer)
             return (loss.detach(),)
 
+        def one_by_one(batches: Batches, discounts) -> list[torch.Tensor]:
+            """The chunk's steps one at a time: compiled where the whole network trains (not a sparse/dense
+            step), else eagerly, on targets made for the whole chunk on the first eager step."""
+            out, targets = [], None
+            for i in range(batches.k):
+                observations, actions = batches.step(i)
+                weights = () if batches.weights is None else (batches.weights[i],)
+                if compiled is not None and all(p.requires_grad for p in parameters):
+                    out.append(compiled(observations, actions, step_of(batches.next_observations, i),
+                                        batches.rewards[i], batches.dones[i],
+                                        discounts[i] if torch.is_tensor(discounts) else discounts, *weights))
+                else:
+                    if targets is None:
+                        with torch.no_grad():
+                            targets = targets_of(model, batches, discounts, batches.k, batch_size)
+                    inputs = (observations, actions, targets[i], *weights)
+                    out += steps.run(step_key(steps, parameters, optimizers, inputs), inputs)
+            return out
+
         steps = graphs.get(step, optimizers, isinstance(model.observation_space, spaces.Dict))
         compiled = compiled_of() if compiled_of is not None else None
         with OptimizerKernels(optimizers, fused=fused_optimizer):
             for batches in iter_batches(model, gradient_steps, batch_size):
                 discounts = batches.discounts if batches.discounts is not None else model.gamma
                 if compiled is not None and replay_loops(model, compiled, batches.k, parameters):
-                    losses.extend(compiled.steps(*_stacked(batches, discounts)).unbind())
-                    continue
-                targets = None
-                for i in range(batches.k):
-                    observations, actions = batches.step(i)
-                    weights = () if batches.weights is None else (batches.weights[i],)
-                    if compiled is not None and all(p.requires_grad for p in parameters):  # not a dense step
-                        losses.append(compiled(observations, actions, step_of(batches.next_observations, i),
-                                               batches.rewards[i], batches.dones[i],
-                                               discounts[i] if torch.is_tensor(discounts) else discounts, *weights))
-                        continue
-                    if targets is None:
-                        with torch.no_grad():
-                            targets = targets_of(model, batches, discounts, batches.k, batch_size)
-                    inputs = (observations, actions, targets[i], *weights)
-                    (loss,) = steps.run(step_key(steps, parameters, optimizers, inputs), inputs)
-                    losses.append(loss)
+                    losses.extend(compiled.steps(*_stacked(batches, discounts)).unbind())  # the chunk as one call
+                else:
+                    losses.extend(one_by_one(batches, discounts))
         graphs.finish(optimizers)
         if compiled is not None:
             compiled.flush()
@@ -101,14 +106,17 @@ def _target_forward(network: Callable, observations) -> torch.Tensor:
     return torch.cat([network(part) for part in flat_observations.split(TARGET_ROWS)])
 
 
-def _dqn_targets(model, batches: Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
-    next_q = _target_forward(model.q_net_target, batches.next_observations)
-    next_q = next_q.max(dim=1).values.reshape(k, -1, 1)
-    return batches.rewards + (1 - batches.dones) * discounts * next_q
+# The math of each algorithm, written once: the eager fused step (batched targets for a chunk of steps) and the
+# compiled one (a batch's target inside the step) call the same functions, each SB3's ops in SB3's order.
+def _dqn_target(next_q: torch.Tensor, rewards, dones, discounts, shape: tuple[int, ...]) -> torch.Tensor:
+    """SB3's DQN target from the target network's Q-values (``shape``: the rows' layout, one or k batches)."""
+    return rewards + (1 - dones) * discounts * next_q.max(dim=1).values.reshape(shape)
 
 
-def _dqn_loss(model, q_net: Callable, observations, actions, target, weights, batch_size: int):
-    current = torch.gather(q_net(observations), dim=1, index=actions.long())
+def _dqn_td_loss(q_values: torch.Tensor, actions, target, weights) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, weighted)``: SB3's smooth-L1 loss of the taken actions' Q-values, and its importance-weighted
+    mean where the tiered buffer gives weights (the loss itself otherwise)."""
+    current = torch.gather(q_values, dim=1, index=actions.long())
     if weights is None:
         loss = F.smooth_l1_loss(current, target)
         return loss, loss
@@ -116,24 +124,45 @@ def _dqn_loss(model, q_net: Callable, observations, actions, target, weights, ba
     return per_sample.mean(), (per_sample * weights.view(-1, 1).to(per_sample.dtype)).mean()
 
 
-def _qrdqn_targets(model, batches: Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
-    next_quantiles = _target_forward(model.quantile_net_target, batches.next_observations)
-    greedy = next_quantiles.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True)
-    greedy = greedy.expand(k * batch_size, model.n_quantiles, 1)
-    next_quantiles = next_quantiles.gather(dim=2, index=greedy).squeeze(dim=2).reshape(k, batch_size, -1)
-    return batches.rewards + (1 - batches.dones) * discounts * next_quantiles
+def _qrdqn_target(next_quantiles: torch.Tensor, rewards, dones, discounts, rows: int, shape: tuple[int, ...]):
+    """sb3-contrib's QR-DQN target: the greedy action's quantiles by their mean (``next_quantiles``: rows x
+    quantiles x actions; ``shape``: the target's layout, one or k batches)."""
+    n_quantiles = next_quantiles.shape[1]
+    greedy = next_quantiles.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True).expand(rows, n_quantiles, 1)
+    next_quantiles = next_quantiles.gather(dim=2, index=greedy).squeeze(dim=2).reshape(shape)
+    return rewards + (1 - dones) * discounts * next_quantiles
 
 
-def _qrdqn_loss(model, quantile_net: Callable, observations, actions, target, weights, batch_size: int):
+def _quantile_td_loss(quantiles: torch.Tensor, actions, target, weights) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, weighted)``: sb3-contrib's quantile Huber loss of the taken actions' quantiles, and its
+    importance-weighted mean where the tiered buffer gives weights."""
     from sb3_contrib.common.utils import quantile_huber_loss
 
-    current = quantile_net(observations)
-    index = actions[..., None].long().expand(batch_size, model.n_quantiles, 1)
-    current = torch.gather(current, dim=2, index=index).squeeze(dim=2)
+    batch, n_quantiles = quantiles.shape[:2]
+    index = actions[..., None].long().expand(batch, n_quantiles, 1)
+    current = torch.gather(quantiles, dim=2, index=index).squeeze(dim=2)
     if weights is None:
         loss = quantile_huber_loss(current, target, sum_over_quantiles=True)
         return loss, loss
     return _weighted_quantile_huber(current, target, weights)
+
+
+def _dqn_targets(model, batches: Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
+    next_q = _target_forward(model.q_net_target, batches.next_observations)
+    return _dqn_target(next_q, batches.rewards, batches.dones, discounts, (k, -1, 1))
+
+
+def _dqn_loss(model, q_net: Callable, observations, actions, target, weights, batch_size: int):
+    return _dqn_td_loss(q_net(observations), actions, target, weights)
+
+
+def _qrdqn_targets(model, batches: Batches, discounts, k: int, batch_size: int) -> torch.Tensor:
+    next_quantiles = _target_forward(model.quantile_net_target, batches.next_observations)
+    return _qrdqn_target(next_quantiles, batches.rewards, batches.dones, discounts, k * batch_size, (k, batch_size, -1))
+
+
+def _qrdqn_loss(model, quantile_net: Callable, observations, actions, target, weights, batch_size: int):
+    return _quantile_td_loss(quantile_net(observations), actions, target, weights)
 
 
 def _weighted_quantile_huber(current: torch.Tensor, target: torch.Tensor, weights: torch.Tensor):
@@ -154,14 +183,10 @@ def _dqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], targe
     """:func:`_dqn_targets` then :func:`_dqn_loss` for one batch, as a pure function of the Q-network's
     parameters (a compiled step's ``loss_of``)."""
     with torch.no_grad():
-        next_q = apply_layers(kinds, target_params, next_observations.float()).max(dim=1).values.reshape(-1, 1)
-        target = rewards + (1 - dones) * discounts * next_q
-    current = torch.gather(apply_layers(kinds, params, observations.float()), dim=1, index=actions.long())
-    if weights is None:
-        loss = F.smooth_l1_loss(current, target)
-        return loss, loss.detach()
-    per_sample = F.smooth_l1_loss(current, target, reduction="none")
-    return (per_sample * weights.view(-1, 1).to(per_sample.dtype)).mean(), per_sample.mean().detach()
+        target = _dqn_target(apply_layers(kinds, target_params, next_observations.float()), rewards, dones, discounts,
+                             (-1, 1))
+    loss, weighted = _dqn_td_loss(apply_layers(kinds, params, observations.float()), actions, target, weights)
+    return weighted, loss.detach()
 
 
 def _qrdqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], shape: tuple[int, int],
@@ -170,21 +195,13 @@ def _qrdqn_compiled_loss(params: list[torch.Tensor], kinds: tuple[str, ...], sha
                          weights: torch.Tensor | None = None):
     """:func:`_qrdqn_targets` then :func:`_qrdqn_loss` for one batch (``shape``: quantiles, actions), as a pure
     function of the quantile network's parameters (a compiled step's ``loss_of``)."""
-    from sb3_contrib.common.utils import quantile_huber_loss
-
     n_quantiles, n_actions = shape
     batch = len(observations)
     with torch.no_grad():
         next_quantiles = apply_layers(kinds, target_params, next_observations.float()).view(-1, n_quantiles, n_actions)
-        greedy = next_quantiles.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True).expand(batch, n_quantiles, 1)
-        next_quantiles = next_quantiles.gather(dim=2, index=greedy).squeeze(dim=2)
-        target = rewards + (1 - dones) * discounts * next_quantiles
-    current = apply_layers(kinds, params, observations.float()).view(-1, n_quantiles, n_actions)
-    current = torch.gather(current, dim=2, index=actions[..., None].long().expand(batch, n_quantiles, 1)).squeeze(dim=2)
-    if weights is None:
-        loss = quantile_huber_loss(current, target, sum_over_quantiles=True)
-        return loss, loss.detach()
-    loss, weighted = _weighted_quantile_huber(current, target, weights)
+        target = _qrdqn_target(next_quantiles, rewards, dones, discounts, batch, (batch, -1))
+    quantiles = apply_layers(kinds, params, observations.float()).view(-1, n_quantiles, n_actions)
+    loss, weighted = _quantile_td_loss(quantiles, actions, target, weights)
     return weighted, loss.detach()
 
 
@@ -224,7 +241,7 @@ def _compiled_value_step(model, network, target_network, spec_of: Callable, loss
 
 
 def dqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
-    compiled_of = compiled_steps(model, graphs, compiled_dqn_step) if graphs.compiled else None
+    compiled_of = compiled_steps(model, graphs)
 
     def train(gradient_steps: int, batch_size: int = 100) -> None:
         _value_train(model, gradient_steps, batch_size, _dqn_targets, _dqn_loss, graphs,
@@ -233,7 +250,7 @@ def dqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[
 
 
 def qrdqn_train(model, graphs: GraphsPerModel, fused_optimizer: bool) -> Callable[..., None]:
-    compiled_of = compiled_steps(model, graphs, compiled_qrdqn_step) if graphs.compiled else None
+    compiled_of = compiled_steps(model, graphs)
 
     def train(gradient_steps: int, batch_size: int = 100) -> None:
         _value_train(model, gradient_steps, batch_size, _qrdqn_targets, _qrdqn_loss, graphs,

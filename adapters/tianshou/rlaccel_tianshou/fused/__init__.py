@@ -48,18 +48,18 @@ def fused_update_for(algorithm) -> Callable[[Any, Any, int | None], Any] | None:
     equivalence-tested one: a class not in the registry (exact classes only: a subclass may change the
     update), or networks and policies its family's eligibility check does not cover."""
     entry = _entry_of(algorithm)
-    if entry is None or not entry.builder("eligible")(algorithm):
+    if entry is None or not entry.eligible(algorithm):
         return None
     wrap = on_policy_update if entry.on_policy else off_policy_update
-    return wrap(entry.builder("learn"))
+    return wrap(entry.learn)
 
 
 def compiled_unavailable(algorithm) -> str | None:
     """Why ``algorithm``'s gradient steps cannot run compiled (``training.compiled_updates``), or None."""
     entry = _entry_of(algorithm)
-    if entry is None or entry.compiled is None or not entry.builder("eligible")(algorithm):
+    if entry is None or entry.compiled is None or not entry.eligible(algorithm):
         return f"{type(algorithm).__name__} has no compiled step ({', '.join(COMPILED)} on a Net has)"
-    step = entry.builder("compiled")(algorithm, compile=False)
+    step = entry.compiled(algorithm, compile=False)
     return step if isinstance(step, str) else None
 
 
@@ -69,7 +69,7 @@ def compiled_steps_for(algorithm) -> Callable[[], Any]:
     builder said why not). Only for an algorithm :func:`compiled_unavailable` accepts."""
     from rlaccel_plugins.fused.compiled_step import steps_of
 
-    build = _entry_of(algorithm).builder("compiled")
+    build = _entry_of(algorithm).compiled
     return steps_of(lambda: build(algorithm), lambda: [o._optim for o in algorithm._optimizers])
 
 
@@ -80,4 +80,4 @@ def _entry_of(algorithm):
 def learns() -> dict[type, Callable]:
     """The dispatch table: a Tianshou algorithm class → its family's fused learning step,
     ``learn(wrapper, algorithm, buffer, indices, weight, ...)`` (from the registry)."""
-    return {entry.algorithm_class(): entry.builder("learn") for entry in ALGORITHMS}
+    return {entry.algorithm_class(): entry.learn for entry in ALGORITHMS}

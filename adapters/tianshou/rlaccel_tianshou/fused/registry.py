@@ -3,8 +3,8 @@
 From it come the dispatch (:func:`rlaccel_tianshou.fused.fused_update_for`, :func:`rlaccel_tianshou.fused.learns`),
 which algorithms have a compiled step (:func:`rlaccel_tianshou.fused.compiled_unavailable`), ``SUPPORTED``,
 the framework code each update is verified against (:mod:`rlaccel_tianshou.verified`) and the docs' support table. Each entry names its family module's learning step and its
-eligibility check (which networks and policies the update covers; anything else runs Tianshou's own).
-Strings only: importing this imports no framework.
+eligibility check (which networks and policies the update covers; anything else runs Tianshou's own): the
+family modules' own functions. The Tianshou code is named by strings (``module:qualname``), fingerprinted.
 """
 
 from __future__ import annotations
@@ -12,6 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
+
+from rlaccel_tianshou.fused.actor_critic import (
+    ddpg_eligible,
+    ddpg_learn,
+    sac_eligible,
+    sac_learn,
+    td3_eligible,
+    td3_learn,
+)
+from rlaccel_tianshou.fused.compiled_sac import compiled_sac_step
+from rlaccel_tianshou.fused.on_policy import ppo_eligible, ppo_learn
+from rlaccel_tianshou.fused.value_based import compiled_dqn_step, dqn_eligible, dqn_learn, qrdqn_eligible, qrdqn_learn
 
 ALGO, NET = "tianshou.algorithm", "tianshou.utils.net"
 _BASE = (f"{ALGO}.algorithm_base:Algorithm._update", f"{ALGO}.algorithm_base:OffPolicyAlgorithm.update",
@@ -30,21 +42,25 @@ _AC = (f"{ALGO}.modelfree.ddpg:ActorCriticOffPolicyAlgorithm._minimize_critic_sq
 class FusedAlgorithm:
     """One Tianshou algorithm (an exact ``tianshou.algorithm`` class: a subclass may change the update).
 
-    ``learn`` and ``eligible`` name ``module:function`` in ``rlaccel_tianshou.fused``: ``learn(wrapper,
-    algorithm, buffer, indices, weight, ...)`` and ``eligible(algorithm) -> bool``; ``covers`` says in words
-    what ``eligible`` accepts. ``replaces``: the Tianshou code the update computes as (fingerprinted in
-    ``verified.json``). ``compiled`` names its compiled gradient step's builder the same way,
-    ``compiled(algorithm, compile=True) -> CompiledStep | str`` (why not), or is None where it has none.
+    ``learn(wrapper, algorithm, buffer, indices, weight, ...)`` and ``eligible(algorithm) -> bool``: its family
+    module's fused learning step and eligibility check; ``covers`` says in words what ``eligible`` accepts.
+    ``replaces``: the Tianshou code the update computes as (fingerprinted in ``verified.json``). ``compiled``:
+    its compiled gradient step's builder, ``compiled(algorithm, compile=True) -> CompiledStep | str`` (why
+    not), or None where it has none.
     """
 
     name: str
-    family: str
-    learn: str
-    eligible: str
+    learn: Callable
+    eligible: Callable
     covers: str
     replaces: tuple[str, ...]
     on_policy: bool = False
-    compiled: str | None = None
+    compiled: Callable | None = None
+
+    @property
+    def family(self) -> str:
+        """Its family module in ``rlaccel_tianshou.fused`` (``value_based``, ``actor_critic``, ``on_policy``)."""
+        return self.learn.__module__.rsplit(".", 1)[-1]
 
     @property
     def key(self) -> str:
@@ -54,33 +70,29 @@ class FusedAlgorithm:
     def algorithm_class(self) -> type:
         return getattr(import_module("tianshou.algorithm"), self.name)
 
-    def builder(self, which: str) -> Callable:
-        module, _, name = getattr(self, which).partition(":")
-        return getattr(import_module(f"rlaccel_tianshou.fused.{module}"), name)
-
 
 ALGORITHMS = (
-    FusedAlgorithm("DQN", "value_based", "value_based:dqn_learn", "value_based:dqn_eligible", "on a Tianshou Net",
+    FusedAlgorithm("DQN", dqn_learn, dqn_eligible, "on a Tianshou Net",
                    (f"{ALGO}.modelfree.dqn:DQN._update_with_batch", f"{ALGO}.modelfree.dqn:DQN._target_q", *_Q, *_BASE),
-                   compiled="value_based:compiled_dqn_step"),
-    FusedAlgorithm("QRDQN", "value_based", "value_based:qrdqn_learn", "value_based:qrdqn_eligible",
+                   compiled=compiled_dqn_step),
+    FusedAlgorithm("QRDQN", qrdqn_learn, qrdqn_eligible,
                    "on a Tianshou Net", (f"{ALGO}.modelfree.qrdqn:QRDQN._update_with_batch",
                                          f"{ALGO}.modelfree.qrdqn:QRDQN._target_q", *_Q, *_BASE)),
-    FusedAlgorithm("DDPG", "actor_critic", "actor_critic:ddpg_learn", "actor_critic:ddpg_eligible",
+    FusedAlgorithm("DDPG", ddpg_learn, ddpg_eligible,
                    "Tianshou's deterministic actor and critic on Nets",
                    (f"{ALGO}.modelfree.ddpg:DDPG._update_with_batch", f"{ALGO}.modelfree.ddpg:DDPG._target_q_compute_action",
                     *_AC, *_BASE)),
-    FusedAlgorithm("TD3", "actor_critic", "actor_critic:td3_learn", "actor_critic:td3_eligible",
+    FusedAlgorithm("TD3", td3_learn, td3_eligible,
                    "Tianshou's deterministic actor and twin critics on Nets",
                    (f"{ALGO}.modelfree.td3:TD3._update_with_batch", f"{ALGO}.modelfree.td3:TD3._target_q_compute_action",
                     *_AC, *_BASE)),
-    FusedAlgorithm("SAC", "actor_critic", "actor_critic:sac_learn", "actor_critic:sac_eligible",
+    FusedAlgorithm("SAC", sac_learn, sac_eligible,
                    "Tianshou's probabilistic actor and twin critics on Nets, fixed or auto-tuned alpha",
                    (f"{ALGO}.modelfree.sac:SAC._update_with_batch", f"{ALGO}.modelfree.sac:SAC._target_q_compute_value",
                     f"{ALGO}.modelfree.sac:SACPolicy.forward", f"{ALGO}.modelfree.sac:correct_log_prob_gaussian_tanh",
                     *_AC, *_BASE),
-                   compiled="compiled_sac:compiled_sac_step"),
-    FusedAlgorithm("PPO", "on_policy", "on_policy:ppo_learn", "on_policy:ppo_eligible",
+                   compiled=compiled_sac_step),
+    FusedAlgorithm("PPO", ppo_learn, ppo_eligible,
                    "Tianshou's discrete or continuous actor and critic on Nets",
                    (f"{ALGO}.modelfree.ppo:PPO._update_with_batch", f"{ALGO}.modelfree.ppo:PPO._preprocess_batch",
                     f"{ALGO}.modelfree.a2c:ActorCriticOnPolicyAlgorithm._add_returns_and_advantages",
