@@ -4,11 +4,14 @@ SBX (SB3 rewritten in JAX): which is the fastest way to train an SB3 agent on th
 Tasks at RL Zoo's settings (``rlaccel_sb3.train.ZOO``): ``dqn-cartpole`` (DQN CartPole-v1),
 ``sac-pendulum`` and ``td3-pendulum`` (Pendulum-v1), ``sac-halfcheetah`` (SAC HalfCheetah-v5, MuJoCo),
 ``ppo-cartpole`` (PPO CartPole-v1, 8 envs), ``dqn-minatar-breakout`` (DQN MinAtar/Breakout-v1 at the MinAtar
-paper's recipe and network; the ``minatar`` extra). Variants:
+paper's recipe and network; the ``minatar`` extra), ``dqn-pong`` (DQN ``CnnPolicy`` on Pong at RL Zoo's Atari
+settings, SB3's ``AtariWrapper`` and a 4-frame stack as RL Zoo builds it, learning from 2,000 env steps instead of
+RL Zoo's 100,000 so that the warm-up reaches the updates: the same updates, sooner). Variants:
 
 - ``stock``: SB3 as installed, torch's default thread count (the cores);
 - ``stock 1-thread``: the same with ``torch.set_num_threads(1)`` (the report names the better of the two);
 - ``stock + torch.compile``: every network of the policy compiled in place (``Module.compile()``);
+- ``stock + optimize_memory_usage``: SB3's buffer storing each observation once (image tasks);
 - ``drop-in``: the README's two lines (``TieredReplayBuffer``, ``AccelerateCallback()``; PPO: the callback),
   as a user gets them: ``compiled_updates: auto`` compiles a ``learn()`` call's gradient steps where it plans
   enough of them (DQN, SAC), so the short warm-up call runs eagerly and the work loads (or compiles) the
@@ -19,7 +22,8 @@ paper's recipe and network; the ``minatar`` extra). Variants:
 - ``drop-in + head-only dense``: the drop-in with the sparse/dense schedule training only the output layer on
   99 of every 100 gradient steps (``sparse_update_interval=100, dense_layers=[-1]``; convolutional policies);
 - ``SBX``: ``sbx.<ALGO>`` with the same settings (``pip install -e ".[peers]"``; left out when not installed,
-  and on tasks whose recipe names a network of its own, which SBX's policies cannot take: MinAtar's).
+  and on tasks whose recipe names a network of its own, which SBX's policies cannot take: MinAtar's; on Atari
+  its own ``CnnPolicy``, NatureCNN in JAX).
 
 Every run builds a fresh model, learns a warm-up stretch (past ``learning_starts`` and the first updates,
 so JIT and compilation happen there), then the fixed work, ``--steps`` env steps: the **steady** time is
@@ -65,6 +69,7 @@ class Task:
     env_id: str
     steps: int  # the fixed work (env steps) after the warm-up
     warmup: int  # env steps before it: past learning_starts and a few updates
+    learning_starts: int | None = None  # in place of RL Zoo's (None: RL Zoo's)
 
 
 # the drop-in variants' AccelerateCallback arguments: the default (compiled_updates auto), never or always
@@ -77,9 +82,11 @@ TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
          "td3-pendulum": Task("td3", "Pendulum-v1", 3_000, 10_500),
          "sac-halfcheetah": Task("sac", "HalfCheetah-v5", 2_000, 10_500),
          "ppo-cartpole": Task("ppo", "CartPole-v1", 16_384, 2_048),
-         "dqn-minatar-breakout": Task("dqn", "MinAtar/Breakout-v1", 5_000, 6_000)}
-VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", *DROP_IN, "SBX")
-IMAGE_VARIANTS = ("drop-in + channels_last", "drop-in + head-only dense")  # for convolutional policies only
+         "dqn-minatar-breakout": Task("dqn", "MinAtar/Breakout-v1", 5_000, 6_000),
+         "dqn-pong": Task("dqn", "Pong-v5", 4_000, 2_500, learning_starts=2_000)}
+VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "stock + optimize_memory_usage", *DROP_IN, "SBX")
+# for convolutional policies only
+IMAGE_VARIANTS = ("stock + optimize_memory_usage", "drop-in + channels_last", "drop-in + head-only dense")
 COMPILED_ALGOS = tuple(name.lower() for name in COMPILED)  # algorithms with a compiled step (the registry's)
 
 
@@ -97,11 +104,15 @@ def build_model(task: Task, variant: str):
     settings = zoo_settings(task.algo, task.env_id)
     settings.pop("n_timesteps", None)
     n_envs = settings.pop("n_envs", 1)
+    if task.learning_starts is not None:
+        settings["learning_starts"] = task.learning_starts
+    policy = "CnnPolicy" if task_info(task.env_id).atari else "MlpPolicy"
     if variant == "SBX":
         import sbx
 
         cls = getattr(sbx, task.algo.upper())
-        return cls("MlpPolicy", _env(task, n_envs), seed=0, **settings), None
+        settings.pop("optimize_memory_usage", None)
+        return cls(policy, _env(task, n_envs), seed=0, **settings), None
     import stable_baselines3
 
     cls = getattr(stable_baselines3, task.algo.upper())
@@ -110,7 +121,9 @@ def build_model(task: Task, variant: str):
         if task.algo != "ppo":
             settings.update(replay_buffer_class=TieredReplayBuffer)
         callback = AccelerateCallback(**DROP_IN[variant])
-    model = cls("MlpPolicy", _env(task, n_envs), seed=0, device="cpu", **settings)
+    if variant == "stock + optimize_memory_usage":  # SB3 needs timeouts unhandled for it
+        settings.update(optimize_memory_usage=True, replay_buffer_kwargs=dict(handle_timeout_termination=False))
+    model = cls(policy, _env(task, n_envs), seed=0, device="cpu", **settings)
     if variant == "stock + torch.compile":
         for network in model.policy.children():  # in place: the parameters and state_dict keys stay
             network.compile()
@@ -118,6 +131,10 @@ def build_model(task: Task, variant: str):
 
 
 def _env(task: Task, n_envs: int):
+    if task_info(task.env_id).atari:  # as RL Zoo builds it: AtariWrapper on <Game>NoFrameskip-v4, 4 frames
+        from rlaccel_sb3.envs import make_env
+
+        return make_env(task.env_id, n_envs, seed=0, accelerated=False)
     if n_envs == 1:
         return task.env_id
     from stable_baselines3.common.env_util import make_vec_env
@@ -165,8 +182,9 @@ def run_in_new_process(task: Task, variant: str, steps: int, warmup: int) -> dic
 
 
 def variants_for(task: Task, wanted: list[str]) -> list[str]:
-    pixels = task_info(task.env_id).pixels  # a recipe with a network of its own, convolutional
-    out = [v for v in wanted if v != "SBX" or (sbx_available() and not pixels)]
+    pixels = task_info(task.env_id).pixels  # a convolutional policy
+    own_network = task_info(task.env_id).minatar  # a recipe whose network SBX's policies cannot take
+    out = [v for v in wanted if v != "SBX" or (sbx_available() and not own_network)]
     if not pixels:
         out = [v for v in out if v not in IMAGE_VARIANTS]
     if task.algo not in COMPILED_ALGOS:

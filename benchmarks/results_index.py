@@ -174,6 +174,17 @@ def checkpoint_size(measure: str, file: str, ours: str, stock: str) -> Figure:
     return _figure(measure, f"{sizes[ours]:,.1f} MB against {sizes[stock]:,.1f} MB", document, path)
 
 
+def buffer_memory(measure: str, file: str) -> Figure:
+    """A ``benchmarks.buffer_memory`` run: the drop-in's peak memory against SB3's buffer, with and without its
+    ``optimize_memory_usage``, and what 1M transitions would need (extrapolated)."""
+    document, path = _read(file)
+    gb = {row["variant"]: (row["peak_mb"] / 1024, row["extrapolated_1m_gb"]) for row in document["rows"]}
+    ours, stock, halved = gb["drop-in"], gb["stock"], gb["stock + optimize_memory_usage"]
+    return _figure(measure, f"{ours[0]:.2f} GB against {stock[0]:.1f} GB ({halved[0]:.1f} GB with "
+                            f"optimize_memory_usage); 1M transitions, extrapolated: {ours[1]:.1f} GB against "
+                            f"{stock[1]:.0f} GB ({halved[1]:.0f} GB)", document, path)
+
+
 STUDY = RESULTS / "learning"
 PEERS = RESULTS / "peers"
 def peer_figures() -> list[Figure]:
@@ -293,6 +304,8 @@ def current_figures() -> list[Figure]:
                   "DQN CartPole (RL Zoo)"),
         gpu_learn("SB3 SAC Pendulum on a GPU: learn(), fixed work", "gpu-h200/gpu_bench.json",
                   "SAC Pendulum (RL Zoo)"),
+        buffer_memory("SB3 DQN replay buffer, 200k Atari transitions (4x84x84): peak memory",
+                      "buffer-memory/buffer_memory.json"),
         checkpoint_size("Tianshou checkpoint, 2,048 Pong transitions in a 100k buffer",
                         "checkpoint-size/checkpoint_size.json", "Tianshou drop-in TieredVectorReplayBuffer",
                         "Tianshou VectorReplayBuffer (--stock)"),
@@ -339,6 +352,7 @@ def learning_section() -> str:
 # maintained script needs an entry (tested).
 LATEST = {
     "async_bench.py": "async-bench/async_bench.json",
+    "buffer_memory.py": "buffer-memory/buffer_memory.json",
     "checkpoint_size.py": "checkpoint-size/checkpoint_size.json",
     "collect_bench.py": "collect-pong/collect_bench.json",
     "dropin_learn.py": "dropin-lean-step/dropin_learn-dqn-cartpole.json",

@@ -6,9 +6,30 @@ import os
 # a developer's own value is kept, and tests that need two threads set them.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from rlaccel_plugins.plugins import reset_plugin_manager
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The docs site built strictly (``mkdocs build --strict``): the one ``.ci/run`` built a moment before
+    (``RLACCEL_BUILT_SITE``), else built once per test process."""
+    given = os.environ.get("RLACCEL_BUILT_SITE")
+    if given and (Path(given) / "index.html").is_file():
+        return Path(given)
+    site = tmp_path_factory.mktemp("site")
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300, check=False,
+                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert build.returncode == 0, build.stderr[-2000:]
+    return site
 
 
 @pytest.fixture

@@ -54,6 +54,11 @@ FIND_DEFECTS = """
   for (const cell of document.querySelectorAll('.md-content td, .md-content th')) {
     const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const whole = document.createRange();
+      whole.selectNodeContents(node);
+      if (new Set([...whole.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top))).size < 2) {
+        continue;  // on one line: no word of it is cut
+      }
       const text = node.textContent;
       for (const match of text.matchAll(/\\S+/g)) {
         const range = document.createRange();

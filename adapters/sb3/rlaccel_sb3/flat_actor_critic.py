@@ -176,10 +176,8 @@ def q_network_spec(q_net: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.
     layer kinds and parameters of an MLP ``QNetwork`` on a 1-D Box (its input is ``obs.float()``)."""
     from stable_baselines3.dqn.policies import QNetwork
 
-    around = _around(q_net, "forward", "extract_features")
-    if type(q_net) is not QNetwork or around is None:
-        return None
-    return layer_spec(around, q_net.q_net)
+    found = _extractor_and_mlp(q_net, QNetwork, "q_net")
+    return layer_spec(*found) if found is not None else None
 
 
 def quantile_network_spec(quantile_net: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor]] | None:
@@ -187,20 +185,16 @@ def quantile_network_spec(quantile_net: torch.nn.Module) -> tuple[tuple[str, ...
     ``(batch, n_quantiles, n_actions)``), or None."""
     from sb3_contrib.qrdqn.policies import QuantileNetwork
 
-    around = _around(quantile_net, "forward", "extract_features")
-    if type(quantile_net) is not QuantileNetwork or around is None:
-        return None
-    return layer_spec(around, quantile_net.quantile_net)
+    found = _extractor_and_mlp(quantile_net, QuantileNetwork, "quantile_net")
+    return layer_spec(*found) if found is not None else None
 
 
 def td3_actor_spec(actor: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor]] | None:
     """What :func:`actor_forward` runs as data for TD3's and DDPG's ``Actor`` (its ``mu`` MLP), or None."""
     from stable_baselines3.td3.policies import Actor
 
-    around = _around(actor, "forward", "extract_features")
-    if type(actor) is not Actor or around is None:
-        return None
-    return layer_spec(around, actor.mu)
+    found = _extractor_and_mlp(actor, Actor, "mu")
+    return layer_spec(*found) if found is not None else None
 
 
 def sac_actor_spec(actor: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor], float] | None:
@@ -219,10 +213,8 @@ def sac_actor_spec(actor: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.
 def critic_spec(critic: torch.nn.Module) -> tuple[tuple[str, ...], list[torch.Tensor], int] | None:
     """What :func:`critic_forward` runs as data: the Q-networks' layer kinds (all alike), their
     parameters in the critic's order and their number; None where it would be the critic's own call."""
-    from stable_baselines3.common.policies import ContinuousCritic
-
-    around = _around(critic, "forward", "q1_forward", "extract_features")
-    if type(critic) is not ContinuousCritic or around is None:
+    around = _critic_around(critic)
+    if around is None:
         return None
     specs = [layer_spec(around, q_net) for q_net in critic.q_networks]
     if not specs or any(spec is None or spec[0] != specs[0][0] for spec in specs):
@@ -236,20 +228,34 @@ def _actor_forward(actor: torch.nn.Module) -> Callable | None:
     return _extractor_then_mlp(actor, Actor, "mu")
 
 
-def _extractor_then_mlp(network: torch.nn.Module, cls: type, mlp: str) -> Callable | None:
-    """``network(obs)`` of a ``cls`` whose forward is the flatten extractor then its ``mlp`` Sequential."""
+def _extractor_and_mlp(network: torch.nn.Module, cls: type, mlp: str) -> tuple[list[torch.nn.Module], torch.nn.Module] | None:
+    """The modules a flat call of ``network`` skips (:func:`_around`) and its ``mlp`` Sequential, where
+    ``network`` is exactly a ``cls`` whose forward is the flatten extractor then that Sequential; else None.
+    The one place both the flat functions and the compiled steps' layer data read such a network from."""
     around = _around(network, "forward", "extract_features")
     if type(network) is not cls or around is None:
         return None
-    layers = flat_layers(around, getattr(network, mlp))
+    return around, getattr(network, mlp)
+
+
+def _extractor_then_mlp(network: torch.nn.Module, cls: type, mlp: str) -> Callable | None:
+    """``network(obs)`` of a ``cls`` whose forward is the flatten extractor then its ``mlp`` Sequential."""
+    found = _extractor_and_mlp(network, cls, mlp)
+    layers = flat_layers(*found) if found is not None else None
     return None if layers is None else (lambda obs: layers(obs.float()))
 
 
-def _critic(critic: torch.nn.Module, first_only: bool) -> Callable | None:
+def _critic_around(critic: torch.nn.Module) -> list[torch.nn.Module] | None:
+    """:func:`_around` for SB3's own ``ContinuousCritic`` (its forward and ``q1_forward`` not overridden)."""
     from stable_baselines3.common.policies import ContinuousCritic
 
     around = _around(critic, "forward", "q1_forward", "extract_features")
-    if type(critic) is not ContinuousCritic or around is None:
+    return around if type(critic) is ContinuousCritic else None
+
+
+def _critic(critic: torch.nn.Module, first_only: bool) -> Callable | None:
+    around = _critic_around(critic)
+    if around is None:
         return None
     q_networks = [flat_layers(around, q_net) for q_net in critic.q_networks]
     if not q_networks or any(q is None for q in q_networks):
