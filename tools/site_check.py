@@ -157,6 +157,10 @@ def check(site: Path, screenshots: Path | None = None) -> list[str]:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
         for label, width in WIDTHS.items():
             context = browser.new_context(viewport={"width": width, "height": 900})
+            # the site's own files only: a request to another host (the theme's web fonts) waits on a network the
+            # check may not have, and the page falls back to local fonts either way
+            context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(root)
+                          else route.abort())
             page = context.new_page()
             for path in pages(site):
                 page.goto(f"{root}/{path}", wait_until="load")

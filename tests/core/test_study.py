@@ -250,3 +250,13 @@ def test_halves_show_a_crossing_and_a_family_keeps_the_tiers_only_when_fresh_see
               {**r, "curve": [{**p, "mean_reward": p["mean_reward"] - 150.0} for p in r["curve"]]} for r in late]
     decision = analyse(fading, {"CartPole-v1": 22.0}, reps=300)["decisions"]["sb3 DQN"]
     assert (decision["sampling"], decision["why"]) == ("uniform", "not confirmed on fresh seeds")
+
+
+@pytest.mark.needs("stable_baselines3")
+def test_the_replay_volume_sweep_reads_its_base_from_the_sb3_adapters_rl_zoo_recipe():
+    from rlaccel_plugins.bench.study import volume_base
+    from rlaccel_plugins.plugins import get_plugin_manager
+
+    recipe = get_plugin_manager().adapters.get("sb3").load("recipes")("dqn", "CartPole-v1")
+    assert volume_base() == {key: recipe[key] for key in ("gradient_steps", "batch_size", "train_freq")}
+    assert volume_base()["train_freq"] == 256  # RL Zoo's CartPole DQN, the study's own task
