@@ -61,6 +61,17 @@ def _is_number(value: Any) -> bool:
 
 
 def checked_int(name: str, value: Any, minimum: int | None = None, auto: bool = False) -> int | str:
+    """``value`` when it is an integer of at least ``minimum`` (or ``"auto"`` where ``auto``), else the
+    ``ConfigError`` that names the setting ``name``.
+
+    Examples:
+        >>> checked_int("batch_size", 64, minimum=1)
+        64
+        >>> checked_int("batch_size", 0, minimum=1)
+        Traceback (most recent call last):
+            ...
+        rlaccel_plugins.errors.ConfigError: batch_size must be >= 1, got batch_size=0.
+    """
     if auto and value == AUTO:
         return AUTO
     if not _is_int(value):
