@@ -190,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         results["variants"][variant] = learn_phases(task, variant, args.steps, warmup)
     results["floor"] = floor(task)
     print(table(results))
-    _results.write(args.out, "peer_phases", name=args.name, argv=argv, headline=headline(results),
-                   rows=summary_rows(results), **results)
+    rows = summary_rows(results)
+    _results.write(args.out, "peer_phases", name=args.name, argv=argv, headline=headline(results, rows), rows=rows,
+                   **results)
     return 0
 
 
@@ -203,10 +204,11 @@ def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             for variant, data in results["variants"].items()]
 
 
-def headline(results: dict[str, Any]) -> str:
-    """The results page's figure: each variant's milliseconds per gradient step, and the matrix products' alone."""
+def headline(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The results page's figure (``rows``: the run's :func:`summary_rows`): each variant's milliseconds per
+    gradient step, and the matrix products' alone."""
     floor_ms = 1e3 * min(v for k, v in results["floor"].items() if k.startswith("matmuls_seconds"))
-    per_step = ", ".join(f"{row['variant']} {row['ms_per_gradient_step']:.2f}" for row in summary_rows(results))
+    per_step = ", ".join(f"{row['variant']} {row['ms_per_gradient_step']:.2f}" for row in rows)
     task = TASKS[results["task"]]
     return f"{task.algo.upper()} {task.env_id}, ms per gradient step: {per_step}; its matrix products alone {floor_ms:.2f}"
 
