@@ -67,7 +67,9 @@ def add_core_commands(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--algo", default="dqn", help="dqn, qrdqn, sac, td3, ddpg, ppo, a2c (SB3); dqn (Tianshou)")
     train.add_argument("--env", default="CartPole-v1", help="gymnasium / envpool task id")
     train.add_argument("--preset", default=None,
-                       help="rlaccel preset (see `rlaccel presets`; default classic_control; not with --stock)")
+                       help="rlaccel preset (see `rlaccel presets`; not with --stock). Default: RLACCEL_PRESET or the "
+                            "config file's, else the one measured for the task (classic_control for DQN on classic "
+                            "control tasks), else --drop-in")
     train.add_argument("--stock", action="store_true", help="the framework's own settings, no rlaccel")
     train.add_argument("--drop-in", dest="dropin", action="store_true",
                        help="the framework's own settings plus only the README's drop-in (tiered buffer and "
@@ -259,6 +261,25 @@ def default_logdir(framework: str, algo: str, env_id: str, when: str | None = No
     return f"runs/{framework}-{algo}-{env_id}-{when or time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _measured_default(args: argparse.Namespace) -> str | None:
+    """Where the user chose no preset (neither ``--preset`` nor ``RLACCEL_PRESET`` / a config file): the preset
+    the learning study measured for the task's family and the algorithm; else the run becomes ``--drop-in`` (the
+    framework's own recipe plus only the drop-in), and says so."""
+    from rlaccel_plugins.loader import ambient_preset
+    from rlaccel_plugins.presets import measured_preset
+    from rlaccel_plugins.tasks import task_info
+
+    if args.stock or args.dropin or ambient_preset() is not None:
+        return None
+    family = task_info(args.env).family
+    preset = measured_preset(family, args.algo)
+    if preset is None:
+        args.dropin = True
+        print(f"rlaccel: no preset was measured for {args.algo} on {family} tasks such as {args.env}: training the "
+              f"{args.framework} recipe plus the drop-in (--preset NAME applies a preset's settings)", flush=True)
+    return preset
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
@@ -278,7 +299,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         ray = _ray_settings(args)
         if ray is not None and args.envs_per_actor is not None:
             overrides["parallel_envs"] = args.envs_per_actor
-        config = load_config(preset=args.preset or "classic_control", **overrides)
+        preset = args.preset or _measured_default(args)
+        config = load_config(preset=preset, **overrides)
         logdir = args.logdir or default_logdir(args.framework, args.algo, args.env)
         spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config,
                          steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, dropin=args.dropin,

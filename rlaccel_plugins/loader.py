@@ -68,7 +68,7 @@ def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any)
             source, path = str(found), (f"{found} [tool.rlaccel]" if found is not None else None)
         if path is not None:
             file_values = read_config_file(source)
-    name = preset or os.environ.get("RLACCEL_PRESET") or file_values.pop("preset", None) or "default"
+    name = preset or _preset_set_by_user(file_values) or "default"
     file_values.pop("preset", None)
     base = get_preset(name)
     try:
@@ -78,6 +78,28 @@ def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any)
             raise
         raise ConfigError(f"{exc} (in the config file {path})") from None
     return from_file.merged(overrides)
+
+
+def _preset_set_by_user(file_values: Mapping[str, Any]) -> str | None:
+    """The preset named outside the code: ``RLACCEL_PRESET``, else the config file's ``preset`` key."""
+    return os.environ.get("RLACCEL_PRESET") or file_values.get("preset")
+
+
+def ambient_preset() -> str | None:
+    """The preset a user chose without code (``RLACCEL_PRESET``, the ``preset`` key of ``RLACCEL_CONFIG``'s file
+    or of ``[tool.rlaccel]``), or None where they chose none.
+
+    Examples:
+        >>> import os
+        >>> os.environ["RLACCEL_PRESET"] = "atari"
+        >>> ambient_preset()
+        'atari'
+        >>> del os.environ["RLACCEL_PRESET"]
+    """
+    if os.environ.get("RLACCEL_PRESET"):
+        return os.environ["RLACCEL_PRESET"]
+    source = os.environ.get("RLACCEL_CONFIG") or find_project_config()
+    return _preset_set_by_user(read_config_file(str(source))) if source is not None else None
 
 
 def resolve_replay_config(capacity: int, num_envs: int = 1, preset: str | None = None,

@@ -69,6 +69,22 @@ BUILTIN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+# The presets the learning study measured, by (task family, algorithm): what `rlaccel train` trains with where the
+# user names no preset. Elsewhere it trains the drop-in on the framework's own recipe: a preset tuned on one family
+# (CartPole's learning rate and batch) is not applied to another's tasks unmeasured.
+MEASURED_PRESETS = {("classic_control", "dqn"): "classic_control"}
+
+
+def measured_preset(family: str, algo: str) -> str | None:
+    """The preset measured for ``algo`` on the tasks of ``family``, or None.
+
+    Examples:
+        >>> measured_preset("classic_control", "dqn"), measured_preset("minatar", "dqn")
+        ('classic_control', None)
+    """
+    return MEASURED_PRESETS.get((family, algo.lower()))
+
+
 class PresetRegistry:
     """Named presets: each a description and the values it sets on top of the defaults."""
 

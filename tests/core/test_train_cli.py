@@ -37,6 +37,34 @@ def test_train_saves_model_config_and_evaluation_curve(framework, stock, tmp_pat
         assert {"rlaccel/fps", "rlaccel/full_updates", "rlaccel/level_fill/L0", "rlaccel/level_samples/L1"} <= tags
 
 
+@pytest.mark.needs("minatar")
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_without_a_preset_train_uses_the_one_measured_for_the_task_else_the_recipe_with_the_drop_in(
+        tmp_path, monkeypatch, capsys):
+    from stable_baselines3 import DQN
+
+    def train(env_id, name):
+        logdir = tmp_path / name
+        assert main(["train", "--env", env_id, "--steps", "300", "--eval-freq", "300", "--no-progress",
+                     "--logdir", str(logdir), "--hp", "learning_starts=100"]) == 0
+        return logdir, capsys.readouterr().out
+
+    _, out = train("CartPole-v1", "cartpole")  # measured: the classic_control preset's settings
+    assert "rlaccel[classic_control]:" in out
+    # a MinAtar game was measured with no preset: the MinAtar paper's recipe (batch 32, learning rate 2.5e-4), not
+    # CartPole's tuned settings (batch 256, 0.0023, 3-step returns)
+    logdir, out = train("MinAtar/Breakout-v1", "minatar")
+    assert "no preset was measured for dqn on minatar tasks" in out and "drop-in[default]:" in out
+    model = DQN.load(logdir / "model.zip")
+    assert model.batch_size == 32 and model.learning_rate == 2.5e-4
+    assert type(model.replay_buffer).__name__ == "TieredReplayBuffer"
+    assert model.replay_buffer.n_steps == 1
+    # a preset the user set outside the code is the one trained with
+    monkeypatch.setenv("RLACCEL_PRESET", "off")
+    _, out = train("CartPole-v1", "ambient")
+    assert "rlaccel[off]:" in out
+
+
 @pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # wandb's own imports
 def test_wandb_offline_mirrors_the_tensorboard_logs(tmp_path, monkeypatch):
