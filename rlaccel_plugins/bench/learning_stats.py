@@ -29,12 +29,28 @@ def normalised(returns: Sequence[float] | np.ndarray, random: float, threshold: 
     return (np.asarray(returns, dtype=np.float64) - random) / (threshold - random)
 
 
+def time_area(seconds: Sequence[float] | np.ndarray, scores: Sequence[float] | np.ndarray, horizon: float) -> float:
+    """The mean normalised return over the first ``horizon`` seconds of training: each evaluation's score holds
+    from its time until the next one's, and 0 (the random policy) before the first. A variant that trains faster
+    gets its later, better evaluations inside the horizon: the area over time is what a faster update buys.
+
+    Examples:
+        >>> time_area([10.0, 20.0, 30.0], [0.5, 1.0, 1.0], horizon=20.0)  # 0 for 10 s, then 0.5 for 10 s
+        0.25
+    """
+    seconds, scores = np.asarray(seconds, dtype=np.float64), np.asarray(scores, dtype=np.float64)
+    starts = np.clip(seconds, 0.0, horizon)
+    ends = np.append(starts[1:], horizon)
+    return float(np.sum(scores * (ends - starts)) / horizon)
+
+
 def run_scores(curve: Sequence[Mapping[str, Any]], random: float, threshold: float,
-               budget: float | None = None) -> dict[str, float]:
+               budget: float | None = None, horizon: float | None = None) -> dict[str, float]:
     """One run's scores: ``auc`` (mean normalised evaluation return over the budget), ``early`` and ``late``
     (the same over the evaluations in the first and in the second half of ``budget``; default: the last
-    evaluation's env steps), ``final`` (the last evaluation, normalised) and ``steps_to_threshold`` (inf when
-    never reached). A run with no evaluation, or a non-finite one, scores NaN: it is counted, never compared.
+    evaluation's env steps), ``final`` (the last evaluation, normalised), ``steps_to_threshold`` (inf when
+    never reached) and, given a ``horizon`` in training seconds, ``auc_time`` (:func:`time_area`; else NaN). A
+    run with no evaluation, or a non-finite one, scores NaN: it is counted, never compared.
 
     Examples:
         >>> curve = [{"env_steps": s, "mean_reward": r} for s, r in [(1, 0.0), (2, 0.5), (3, 1.0), (4, 1.0)]]
@@ -43,16 +59,19 @@ def run_scores(curve: Sequence[Mapping[str, Any]], random: float, threshold: flo
         (0.25, 1.0, 0.625, 1.0)
     """
     if not curve:
-        return {"auc": math.nan, "early": math.nan, "late": math.nan, "final": math.nan, "steps_to_threshold": math.nan}
+        return {"auc": math.nan, "early": math.nan, "late": math.nan, "final": math.nan, "steps_to_threshold": math.nan,
+                "auc_time": math.nan}
     steps = np.array([p["env_steps"] for p in curve], dtype=np.float64)
     returns = np.array([p["mean_reward"] for p in curve], dtype=np.float64)
     scores = normalised(returns, random, threshold)
     half = (budget if budget else steps[-1]) / 2
     early, late = scores[steps <= half], scores[steps > half]
     reached = [s for s, r in zip(steps, returns) if r >= threshold]
+    timed = horizon is not None and all("train_seconds" in p for p in curve)
     return {"auc": float(scores.mean()), "early": float(early.mean()) if early.size else math.nan,
             "late": float(late.mean()) if late.size else math.nan, "final": float(scores[-1]),
-            "steps_to_threshold": float(reached[0]) if reached else math.inf}
+            "steps_to_threshold": float(reached[0]) if reached else math.inf,
+            "auc_time": time_area([p["train_seconds"] for p in curve], scores, horizon) if timed else math.nan}
 
 
 def _rng(seed: int) -> np.random.RandomState:

@@ -35,8 +35,9 @@ class StudyTask:
     """One task of a study: an algorithm on an env, a fixed budget, the variants compared on it.
 
     ``threshold`` is the normalised score's 1 (the random policy's return is its 0), and what
-    env steps to threshold count to. ``hyperparams`` change the framework's recipe for every variant
-    (a sweep's point); ``label`` then names the task in every table.
+    env steps to threshold count to. ``hyperparams`` change the framework's recipe for every variant; ``sweep``:
+    the task is a sweep's point (its recipe changed to vary one setting), left out of the family decisions;
+    ``label`` names the task in every table.
     """
 
     env_id: str
@@ -49,6 +50,7 @@ class StudyTask:
     requires: str | None = None
     label: str | None = None
     hyperparams: tuple[tuple[str, Any], ...] = ()
+    sweep: bool = False
 
     @property
     def key(self) -> str:
@@ -69,6 +71,9 @@ class StudyTask:
 STOCK, UNIFORM, TIERS, ARTICLE = "stock", "drop-in, uniform (off)", "drop-in, tiers (preset)", "drop-in, article tiers"
 ERE, CER, ANNEAL = "drop-in + ERE", "drop-in + CER", "drop-in, tiers annealed"
 COMPILED = "drop-in, uniform + compiled updates"  # training.compiled_updates: the learning check of a re-rounding
+# image observations: the article's other technique, sparse/dense updates (the head alone trains on 99 steps of 100),
+# and the `atari` preset as it is (its sampling and its schedule)
+SPARSE_DENSE, ATARI_PRESET = "drop-in, uniform + sparse/dense (head)", "drop-in, atari preset"
 BASELINES = {STOCK: STOCK, UNIFORM: UNIFORM}  # what the other variants are compared against
 # Until 2026-12-06 the no-argument default sampled the article's tiers scaled to the buffer for every
 # algorithm, and the study called that variant "drop-in, no argument": its runs are the article-tiers runs.
@@ -95,16 +100,26 @@ def study_variants(framework: str, algo: str, preset: str, budget: int,
     return tuple(variants)
 
 
+def pixel_variants(framework: str, algo: str) -> tuple[Variant, ...]:
+    """Stock; the drop-in sampling uniformly, by the article's tiers, uniformly with sparse/dense updates of the
+    head, and with the ``atari`` preset as it is."""
+    return (*study_variants(framework, algo, "atari", 0, candidates=False),
+            replace(drop_in(framework, "off", algo, sparse_update_interval=100, dense_layers=[-1]), name=SPARSE_DENSE),
+            replace(drop_in(framework, "atari", algo), name=ATARI_PRESET))
+
+
 def _task(env_id: str, framework: str, algo: str, preset: str, budget: int, eval_freq: int,
-          requires: str | None = None, candidates: bool = True) -> StudyTask:
-    """A study task; its threshold is the task registry's (:mod:`rlaccel_plugins.tasks`)."""
+          requires: str | None = None, candidates: bool = True, threshold: float | None = None,
+          variants: tuple[Variant, ...] | None = None) -> StudyTask:
+    """A study task; its threshold is the task registry's (:mod:`rlaccel_plugins.tasks`) unless given (a task
+    with no solved return, whose scores still need a scale)."""
     from rlaccel_plugins.tasks import task_info
 
-    threshold = task_info(env_id).threshold
+    threshold = threshold if threshold is not None else task_info(env_id).threshold
     if threshold is None:  # the study's scores are normalised by it
         raise ValueError(f"the study needs a threshold for {env_id}: add it to rlaccel_plugins.tasks.THRESHOLDS")
     return StudyTask(env_id, framework, algo, budget, eval_freq, threshold,
-                     study_variants(framework, algo, preset, budget, candidates), requires)
+                     variants or study_variants(framework, algo, preset, budget, candidates), requires)
 
 
 def compiled_check(task: StudyTask) -> StudyTask:
@@ -129,7 +144,7 @@ def replay_volume(task: StudyTask, gradient_steps: int) -> StudyTask:
     tiers: one point of the replay-volume sweep (samples per env step = gradient_steps x batch / train_freq)."""
     variants = tuple(v for v in task.variants if v.name in (UNIFORM, ARTICLE))
     return replace(task, variants=variants, label=f"{task.key}, gradient_steps={gradient_steps}",
-                   hyperparams=(("gradient_steps", gradient_steps),))
+                   hyperparams=(("gradient_steps", gradient_steps),), sweep=True)
 
 
 # Budgets: RL Zoo's for CartPole DQN and QR-DQN (50k) and Pendulum SAC and TD3 (20k); Acrobot at half RL Zoo's
@@ -162,6 +177,22 @@ TASKS.update({f"{key}-compiled": compiled_check(TASKS[key]) for key in COMPILED_
 TASKS["cartpole-ppo-compiled"] = compiled_check(_task("CartPole-v1", "sb3", "ppo", "classic_control", 100_000, 5_000,
                                                       candidates=False))
 TASKS.update({f"cartpole-dqn-gs{g}": replay_volume(TASKS["cartpole-dqn"], g) for g in VOLUME_STEPS})
+# Images: SB3 DQN on two MinAtar games (the `minatar` extra) at the MinAtar paper's recipe, its exploration (1 -> 0.1
+# over the paper's first 100k of 5M frames) compressed to the first tenth of the budget, which a pilot sized so that
+# the study fits in 5 hours on 2 cores (docs/notes/pixels.md). MinAtar has no solved return: the thresholds are a
+# scale (the return the pilot's stock run came near by the budget); P(X > Y) does not depend on them.
+MINATAR_BUDGET, MINATAR_EVAL = 100_000, 10_000
+MINATAR_THRESHOLDS = {"Breakout": 5.0, "SpaceInvaders": 20.0}
+
+
+def _minatar_task(game: str) -> StudyTask:
+    task = _task(f"MinAtar/{game}-v1", "sb3", "dqn", "atari", MINATAR_BUDGET, MINATAR_EVAL, requires="minatar",
+                 threshold=MINATAR_THRESHOLDS[game], variants=pixel_variants("sb3", "dqn"))
+    return replace(task, hyperparams=(("exploration_fraction", 0.1),))
+
+
+PIXEL_TASKS = tuple(f"minatar-{game.lower()}-dqn" for game in MINATAR_THRESHOLDS)
+TASKS.update({key: _minatar_task(game) for key, game in zip(PIXEL_TASKS, MINATAR_THRESHOLDS)})
 STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "learning": (("the learning study: SB3 DQN on CartPole and Acrobot, Tianshou DQN on CartPole (every candidate "
                   "scheme), then SB3 QR-DQN on CartPole, SAC and TD3 on Pendulum, SAC on InvertedPendulum and "
@@ -177,6 +208,9 @@ STUDIES: dict[str, tuple[str, tuple[str, ...]]] = {
                        (*(f"{key}-compiled" for key in COMPILED_CHECKS), "cartpole-ppo-compiled")),
     "learning-quick": (("the learning study's three cheapest tasks: SB3 DQN on CartPole and Acrobot, Tianshou DQN "
                         "on CartPole"), STUDY_TASKS),
+    "pixels": (("images: SB3 DQN on MinAtar Breakout and Space Invaders at the MinAtar paper's recipe (stock; the "
+                "drop-in sampling uniformly, by the article's tiers, uniformly with sparse/dense updates of the head, "
+                "and with the atari preset)"), PIXEL_TASKS),
 }
 
 

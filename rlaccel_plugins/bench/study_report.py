@@ -18,12 +18,14 @@ from rlaccel_plugins.bench import learning_stats as ls
 from rlaccel_plugins.bench.study import (
     ANNEAL,
     ARTICLE,
+    ATARI_PRESET,
     CER,
     COMPILED,
     ERE,
     LEGACY_NAMES,
     NO_ARGUMENT,
     RUNS_FILE,
+    SPARSE_DENSE,
     STOCK,
     TASKS,
     TIERS,
@@ -39,15 +41,19 @@ RANDOM_FILE = "random_returns.json"
 MIN_RUNS = 5  # below this a bootstrap CI's width says little about how many runs a decision needs
 SCREEN_SEEDS = 10  # a decision screens on seeds 0-9 and is confirmed on the seeds after them, fresh ones
 # the comparisons that matter: every drop-in against stock; every non-uniform scheme against uniform
-PAIRS = [(v, STOCK) for v in (UNIFORM, TIERS, ARTICLE, NO_ARGUMENT, ERE, CER, ANNEAL)] + \
-        [(v, UNIFORM) for v in (TIERS, ARTICLE, NO_ARGUMENT, ERE, CER, ANNEAL, COMPILED)]
-MEASURES = ("auc", "early", "late", "final")  # P(X > Y) on each: the area, its two halves, the last evaluation
+PAIRS = [(v, STOCK) for v in (UNIFORM, TIERS, ARTICLE, NO_ARGUMENT, ERE, CER, ANNEAL, SPARSE_DENSE, ATARI_PRESET)] + \
+        [(v, UNIFORM) for v in (TIERS, ARTICLE, NO_ARGUMENT, ERE, CER, ANNEAL, COMPILED, SPARSE_DENSE, ATARI_PRESET)]
+# P(X > Y) on each: the area, its two halves, the last evaluation, the area over the task's first seconds of training
+MEASURES = ("auc", "early", "late", "final", "auc_time")
 
 
 def random_return(env_id: str, episodes: int = 100, seed: int = 0) -> float:
     """Mean return of uniformly random actions over ``episodes`` (the normalised score's 0)."""
     import gymnasium as gym
 
+    from rlaccel_plugins.tasks import ensure_registered
+
+    ensure_registered(env_id)  # MinAtar's games register on demand
     env = gym.make(env_id)
     env.action_space.seed(seed)
     total = 0.0
@@ -106,6 +112,15 @@ def _describe(sampling: dict[str, Any] | None) -> str:
                                              else f", {sampling['ratio_schedule']}")
 
 
+def time_horizon(runs: list[dict[str, Any]]) -> float | None:
+    """The seconds of training every run of a task covers (the shortest run's, to its last evaluation): the span
+    its area over time is taken on. None where a run has no timed evaluation."""
+    ends = [r["curve"][-1].get("train_seconds") for r in runs if r.get("curve")]
+    if not ends or any(e is None or not e > 0 for e in ends):
+        return None
+    return float(min(ends))
+
+
 def _failed_seeds(records: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
     """Per (task, variant): the seeds that failed and never finished (a failed run retried to success is not lost)."""
     ok = {(r["task"], r["variant"], r["seed"]) for r in records if r.get("status") == "ok"}
@@ -118,7 +133,7 @@ def _failed_seeds(records: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
 
 def _compare(x: list[dict[str, float]], y: list[dict[str, float]], reps: int) -> dict[str, tuple[float, float, float]]:
     return {m: ls.probability_of_improvement(np.array([s[m] for s in x]), np.array([s[m] for s in y]), reps)
-            for m in MEASURES}
+            for m in MEASURES if all(math.isfinite(s[m]) for s in [*x, *y])}
 
 
 def analyse(records: list[dict[str, Any]], randoms: dict[str, float], speed: dict[str, Any] | None = None,
@@ -152,7 +167,8 @@ def analyse(records: list[dict[str, Any]], randoms: dict[str, float], speed: dic
                               f"normalised score divides by their difference, got threshold={threshold:g} for task "
                               f"{key!r}. Set a threshold a trained agent reaches and a random one does not.")
         budget = max(r.get("budget", r.get("cap", 0)) for rs in variants.values() for r in rs)
-        scores_of[key] = {v: {r["seed"]: ls.run_scores(r["curve"], random, threshold, budget) for r in runs}
+        horizon = time_horizon([r for runs in variants.values() for r in runs])
+        scores_of[key] = {v: {r["seed"]: ls.run_scores(r["curve"], random, threshold, budget, horizon) for r in runs}
                           for v, runs in variants.items()}
         rows, valid = {}, {}
         for v, runs in variants.items():
@@ -180,7 +196,7 @@ def analyse(records: list[dict[str, Any]], randoms: dict[str, float], speed: dic
                 entry["seeds_needed"] = ls.seeds_for_decision(min(len(valid[x]), len(valid[y])), low, high, point)
             pairs[f"{x} > {y}"] = entry
         tasks_out[key] = {"env_id": env_id, "threshold": threshold, "random": random, "rows": rows, "pairs": pairs,
-                          "budget": budget}
+                          "budget": budget, "horizon_s": horizon}
         if speed and key in speed:
             _derive_time(tasks_out[key], speed[key])
     ok = [r for r in records if r.get("status", "ok") == "ok"]
@@ -208,8 +224,12 @@ def _refusal(rows: dict[str, dict[str, Any]], variants) -> str | None:
 def family_of(key: str) -> str | None:
     """The algorithm family (``sb3 DQN``) of study task ``key``, the decision table's row; None for a task no
     longer in the study."""
+    from rlaccel_plugins.tasks import task_info
+
     task = _task_of(key)
-    return None if task is None else f"{task.framework} {task.algo.upper()}"
+    if task is None:
+        return None
+    return f"{task.framework} {task.algo.upper()}" + (" (images)" if task_info(task.env_id).pixels else "")
 
 
 def _family_tasks(tasks_out: dict[str, Any]) -> dict[str, list[str]]:
@@ -218,7 +238,7 @@ def _family_tasks(tasks_out: dict[str, Any]) -> dict[str, list[str]]:
     families: dict[str, list[str]] = {}
     for key in sorted(tasks_out):
         task, family = _task_of(key), family_of(key)
-        if family is not None and not task.hyperparams and {ARTICLE, UNIFORM} <= tasks_out[key]["rows"].keys():
+        if family is not None and not task.sweep and {ARTICLE, UNIFORM} <= tasks_out[key]["rows"].keys():
             families.setdefault(family, []).append(key)
     return families
 
@@ -229,7 +249,8 @@ def _pooled(scores_of, keys: list[str], x: str, y: str, seeds: list[int], reps: 
     def matrix(variant: str, measure: str) -> np.ndarray:
         return np.array([[scores_of[k][variant][s][measure] for k in keys] for s in seeds])
 
-    return {m: ls.probability_of_improvement(matrix(x, m), matrix(y, m), reps) for m in measures}
+    finite = [m for m in measures if np.isfinite(matrix(x, m)).all() and np.isfinite(matrix(y, m)).all()]
+    return {m: ls.probability_of_improvement(matrix(x, m), matrix(y, m), reps) for m in finite}
 
 
 def _shared_seeds(scores_of, keys: list[str], variants: list[str]) -> list[int]:
@@ -322,7 +343,10 @@ EXPLAINED = (
     "*Area* is the mean normalised evaluation return over the budget (10 deterministic episodes per "
     "evaluation, evenly spaced); *first half* and *second half* are the same over the evaluations in each "
     "half of the budget (an area can hide a crossing: worse early, better late); *final* is the last "
-    "evaluation. IQM = interquartile mean over runs, with a 95% stratified-bootstrap CI (rliable, seeded: "
+    "evaluation; *area over time* is the mean normalised return over the task's first seconds of training (the "
+    "shortest run's, evaluations excluded), each evaluation holding until the next and 0 before the first: what a "
+    "faster update buys (one run per worker process beside another: times carry the host's noise). "
+    "IQM = interquartile mean over runs, with a 95% stratified-bootstrap CI (rliable, seeded: "
     "the same runs give the same report). P(X > Y) is the probability that a run of X scores higher than a "
     "run of Y, with its 95% CI: an interval containing 0.5 means the runs cannot tell the two apart. Failed "
     "runs and runs without a finite score are counted, and refuse any comparison they are part of. The "
@@ -340,7 +364,7 @@ def _poi(pair: dict[str, Any] | None, measure: str = "auc") -> str:
         return "—"
     if pair.get("refused"):
         return "refused"
-    return _ci(pair["poi_by"][measure]) if "poi_by" in pair else "—"
+    return _ci(pair["poi_by"].get(measure)) if "poi_by" in pair else "—"
 
 
 def summary_table(stats: dict[str, Any]) -> str:
@@ -422,7 +446,8 @@ def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
         timed = any("speed" in r for r in task["rows"].values())
         lines += [f"## {key}", "",
                   (f"Budget {task['budget']:,} env steps; threshold {task['threshold']:g}; random policy "
-                   f"{task['random']:.1f}."), "",
+                   f"{task['random']:.1f}" + (f"; area over time: the first {task['horizon_s']:,.0f} s of training "
+                                             "(the shortest run's)." if task.get("horizon_s") else ".")), "",
                   ("| variant | sampled | runs | failed / no score | IQM area | IQM final | reached | env steps to "
                    "threshold (median) |" + (" speed vs stock | derived time vs stock |" if timed else "")),
                   "|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if timed else "")]
@@ -437,17 +462,17 @@ def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
             elif timed:
                 line += " — | — |"
             lines.append(line)
-        lines += ["", ("| P(X > Y) | runs | area | first half | second half | final | area: runs per variant to "
-                       "decide, observed effect / P = 0.6 |"), "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", ("| P(X > Y) | runs | area | first half | second half | final | area over time | area: runs "
+                       "per variant to decide, observed effect / P = 0.6 |"), "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for pair, value in task["pairs"].items():
             if value.get("refused"):
-                lines.append(f"| {pair} | {value['runs'][0]} | refused: {value['refused']} | | | | |")
+                lines.append(f"| {pair} | {value['runs'][0]} | refused: {value['refused']} | | | | | |")
                 continue
             need = value.get("seeds_needed")
             needed = f"{_count(need['observed'])} / {_count(need['effect'])}" \
                 if need and min(value["runs"]) >= MIN_RUNS else "too few runs to say"
             lines.append(f"| {pair} | {value['runs'][0]} | {_poi(value)} | {_poi(value, 'early')} | "
-                         f"{_poi(value, 'late')} | {_poi(value, 'final')} | {needed} |")
+                         f"{_poi(value, 'late')} | {_poi(value, 'final')} | {_poi(value, 'auc_time')} | {needed} |")
         lines.append("")
     aggregate = stats.get("aggregate") or {}
     if aggregate:

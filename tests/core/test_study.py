@@ -92,6 +92,23 @@ def test_the_iqm_ci_covers_the_truth_and_narrows_with_more_runs():
 
 
 # ------------------------------------------------------------------ running (children import this module)
+def test_a_variant_that_learns_the_same_per_env_step_in_half_the_time_wins_the_area_over_time():
+    records = synthetic_records(shift=0.0, seed=1)
+    for record in records:  # stock: 1 s per 1,000 env steps; uniform the same curve per env step in half the time
+        for point in record["curve"]:
+            point["train_seconds"] = point["env_steps"] / (2000 if record["variant"] == UNIFORM else 1000)
+    stats = analyse(records, {"CartPole-v1": 22.0}, reps=500)
+    task = stats["tasks"][TASK]
+    assert task["horizon_s"] == 4.0  # the shortest run's: uniform's 8,000 env steps took 4 s
+    by = task["pairs"][f"{UNIFORM} > {STOCK}"]["poi_by"]
+    assert by["auc"][1] < 0.5 < by["auc"][2]  # per env step: the same
+    assert by["auc_time"][1] > 0.5 and by["auc_time"][0] > 0.8  # per second: better
+    text = markdown(stats, {"study": "synthetic"})
+    assert "area over time: the first 4 s of training" in text and "| area over time |" in text
+    untimed = analyse(synthetic_records(shift=0.0, seed=1), {"CartPole-v1": 22.0}, reps=200)  # no times recorded
+    assert "auc_time" not in untimed["tasks"][TASK]["pairs"][f"{UNIFORM} > {STOCK}"]["poi_by"]
+
+
 def fake_run(task, variant, seed):
     """A stand-in for a training run: instant, with a record shaped like a real one; an odd seed of the uniform
     variant kills its own process while RLACCEL_TEST_CRASH names a file that exists (a worker dying mid-run),
@@ -260,3 +277,26 @@ def test_the_replay_volume_sweep_reads_its_base_from_the_sb3_adapters_rl_zoo_rec
     recipe = get_plugin_manager().adapters.get("sb3").load("recipes")("dqn", "CartPole-v1")
     assert volume_base() == {key: recipe[key] for key in ("gradient_steps", "batch_size", "train_freq")}
     assert volume_base()["train_freq"] == 256  # RL Zoo's CartPole DQN, the study's own task
+
+
+@pytest.mark.needs("minatar", "stable_baselines3")
+@pytest.mark.filterwarnings("ignore::rlaccel_plugins.errors.RlaccelWarning")
+def test_the_pixel_study_trains_minatar_with_sparse_dense_updates_of_the_head(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from rlaccel_plugins.bench import study
+    from rlaccel_plugins.bench.study_report import family_of
+
+    key = study.PIXEL_TASKS[0]
+    task = study.TASKS[key]
+    assert task.requires == "minatar" and dict(task.hyperparams)["exploration_fraction"] == 0.1
+    assert [v.name for v in task.variants] == [STOCK, UNIFORM, ARTICLE, study.SPARSE_DENSE, study.ATARI_PRESET]
+    assert family_of(task.key) == "sb3 DQN (images)"  # decided apart from DQN on vector observations
+    # the recipe's 5,000-step warm-up would leave a smoke run untrained
+    monkeypatch.setitem(study.TASKS, key, replace(task, hyperparams=(*task.hyperparams, ("learning_starts", 100))))
+    run_study("pixels", seeds=1, workers=1, out=tmp_path, only=[key], variants=[study.SPARSE_DENSE], steps=600)
+    (record,) = read_runs(tmp_path / "runs.jsonl")
+    assert record["status"] == "ok" and record["env_steps"] == 600, record.get("error")
+    stats = record["stats"]
+    assert (stats["full_updates"], stats["dense_updates"]) == (5, 495)  # 500 gradient steps: every 100th full
+    assert all(point["train_seconds"] > 0 for point in record["curve"])  # the area over time needs them
