@@ -41,6 +41,8 @@ def commands(folder: Path) -> list[str]:
                 found.append(f"`{first[0][2:].strip()}` ({path.name})")
         elif path.name == "results.json":
             found.append(_bench_summary(json.loads(path.read_text())))
+        elif path.name == "study.json":  # a learning study: every command that added runs to it, in order
+            found += [f"`{command}` (study.json)" for command in study_commands(json.loads(path.read_text()))]
         elif path.suffix == ".json" and path.is_file():
             document = json.loads(path.read_text())
             if isinstance(document, dict) and "headline" in document and document.get("command"):
