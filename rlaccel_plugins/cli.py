@@ -261,23 +261,22 @@ def default_logdir(framework: str, algo: str, env_id: str, when: str | None = No
     return f"runs/{framework}-{algo}-{env_id}-{when or time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _measured_default(args: argparse.Namespace) -> str | None:
-    """Where the user chose no preset (neither ``--preset`` nor ``RLACCEL_PRESET`` / a config file): the preset
-    the learning study measured for the task's family and the algorithm; else the run becomes ``--drop-in`` (the
-    framework's own recipe plus only the drop-in), and says so."""
+def _preset_and_mode(args: argparse.Namespace) -> tuple[str | None, bool]:
+    """The preset ``train`` loads and whether it trains ``--drop-in``. Where the user chose no preset (neither
+    ``--preset`` nor ``RLACCEL_PRESET`` / a config file): the preset the learning study measured for the task's
+    family and the algorithm, else the drop-in on the framework's own recipe, which it says."""
     from rlaccel_plugins.loader import ambient_preset
     from rlaccel_plugins.presets import measured_preset
     from rlaccel_plugins.tasks import task_info
 
-    if args.stock or args.dropin or ambient_preset() is not None:
-        return None
+    if args.preset or args.stock or ambient_preset() is not None:
+        return args.preset, args.dropin
     family = task_info(args.env).family
     preset = measured_preset(family, args.algo)
-    if preset is None:
-        args.dropin = True
+    if preset is None and not args.dropin:
         print(f"rlaccel: no preset was measured for {args.algo} on {family} tasks such as {args.env}: training the "
               f"{args.framework} recipe plus the drop-in (--preset NAME applies a preset's settings)", flush=True)
-    return preset
+    return preset, args.dropin or preset is None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -299,11 +298,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         ray = _ray_settings(args)
         if ray is not None and args.envs_per_actor is not None:
             overrides["parallel_envs"] = args.envs_per_actor
-        preset = args.preset or _measured_default(args)
+        preset, dropin = _preset_and_mode(args)
         config = load_config(preset=preset, **overrides)
         logdir = args.logdir or default_logdir(args.framework, args.algo, args.env)
         spec = TrainSpec(framework=args.framework, algo=args.algo, env_id=args.env, config=config,
-                         steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, dropin=args.dropin,
+                         steps=args.steps, seed=args.seed, logdir=logdir, stock=args.stock, dropin=dropin,
                          eval_freq=args.eval_freq,
                          wandb=args.wandb or config.monitoring.wandb,  # a flag overrides its config key
                          progress=config.monitoring.progress_bar and not args.no_progress,

@@ -185,7 +185,7 @@ TASKS["cartpole-ppo-compiled"] = compiled_check(_task("CartPole-v1", "sb3", "ppo
 TASKS.update({f"cartpole-dqn-gs{g}": replay_volume(TASKS["cartpole-dqn"], g) for g in VOLUME_STEPS})
 # Images: SB3 DQN on two MinAtar games (the `minatar` extra) at the MinAtar paper's recipe, its exploration (1 -> 0.1
 # over the paper's first 100k of 5M frames) compressed to the first tenth of the budget. The budget is the pilot's
-# (docs/notes/pixels.md): a run costs about 5.4 ms per env step on one core, so 8 variants-and-games x 10 seeds of
+# (docs/notes/pixels.md): a run costs about 5.4 ms per env step on one core, so 4 variants x 2 games x 10 seeds of
 # 75k steps take about 4.6 h on 2 cores. MinAtar has no solved return: the thresholds are a scale (about what the
 # pilot's stock runs reached at 75k steps); P(X > Y) does not depend on them.
 MINATAR_BUDGET, MINATAR_EVAL = 75_000, 7_500
