@@ -67,11 +67,12 @@ def run_scores(curve: Sequence[Mapping[str, Any]], random: float, threshold: flo
     half = (budget if budget else steps[-1]) / 2
     early, late = scores[steps <= half], scores[steps > half]
     reached = [s for s, r in zip(steps, returns) if r >= threshold]
-    timed = horizon is not None and all("train_seconds" in p for p in curve)
+    timed = all("train_seconds" in p for p in curve)
     return {"auc": float(scores.mean()), "early": float(early.mean()) if early.size else math.nan,
             "late": float(late.mean()) if late.size else math.nan, "final": float(scores[-1]),
             "steps_to_threshold": float(reached[0]) if reached else math.inf,
-            "auc_time": time_area([p["train_seconds"] for p in curve], scores, horizon) if timed else math.nan}
+            "auc_time": time_area([p["train_seconds"] for p in curve], scores, horizon)
+            if horizon is not None and timed else math.nan}
 
 
 def _rng(seed: int) -> np.random.RandomState:
