@@ -266,11 +266,13 @@ def _preset_and_mode(args: argparse.Namespace) -> tuple[str | None, bool]:
     ``--preset`` nor ``RLACCEL_PRESET`` / a config file): the preset the learning study measured for the task's
     family and the algorithm, else the drop-in on the framework's own recipe, which it says."""
     from rlaccel_plugins.loader import ambient_preset
+    from rlaccel_plugins.plugins import get_plugin_manager
     from rlaccel_plugins.presets import measured_preset
     from rlaccel_plugins.tasks import task_info
 
     if args.preset or args.stock or ambient_preset() is not None:
         return args.preset, args.dropin
+    get_plugin_manager().adapters.check_algo(args.framework, args.algo)  # a typo refused before gymnasium loads
     family = task_info(args.env).family
     preset = measured_preset(family, args.algo)
     if preset is None and not args.dropin:
