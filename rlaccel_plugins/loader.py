@@ -58,15 +58,8 @@ def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any)
     if isinstance(src, Mapping):
         file_values = dict(src)
     else:
-        if src is not None:
-            path = source = str(src)
-        elif os.environ.get("RLACCEL_CONFIG"):
-            source = os.environ["RLACCEL_CONFIG"]
-            path = f"{source} (RLACCEL_CONFIG)"
-        else:
-            found = find_project_config()
-            source, path = str(found), (f"{found} [tool.rlaccel]" if found is not None else None)
-        if path is not None:
+        source, path = (str(src), str(src)) if src is not None else _ambient_file()
+        if source is not None:
             file_values = read_config_file(source)
     name = preset or _preset_set_by_user(file_values) or "default"
     file_values.pop("preset", None)
@@ -78,6 +71,16 @@ def load_config(src: Any = None, *, preset: str | None = None, **overrides: Any)
             raise
         raise ConfigError(f"{exc} (in the config file {path})") from None
     return from_file.merged(overrides)
+
+
+def _ambient_file() -> tuple[str | None, str | None]:
+    """The config file a user set without code, and how its errors name it: ``RLACCEL_CONFIG``'s, else the nearest
+    ``pyproject.toml`` with a ``[tool.rlaccel]`` table; (None, None) where there is none."""
+    if os.environ.get("RLACCEL_CONFIG"):
+        source = os.environ["RLACCEL_CONFIG"]
+        return source, f"{source} (RLACCEL_CONFIG)"
+    found = find_project_config()
+    return (str(found), f"{found} [tool.rlaccel]") if found is not None else (None, None)
 
 
 def _preset_set_by_user(file_values: Mapping[str, Any]) -> str | None:
@@ -98,8 +101,8 @@ def ambient_preset() -> str | None:
     """
     if os.environ.get("RLACCEL_PRESET"):
         return os.environ["RLACCEL_PRESET"]
-    source = os.environ.get("RLACCEL_CONFIG") or find_project_config()
-    return _preset_set_by_user(read_config_file(str(source))) if source is not None else None
+    source, _ = _ambient_file()
+    return _preset_set_by_user(read_config_file(source)) if source is not None else None
 
 
 def resolve_replay_config(capacity: int, num_envs: int = 1, preset: str | None = None,
