@@ -19,14 +19,16 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -368,8 +370,44 @@ def load_state(path: Path) -> Any:
                           f"{TRUST_VARIABLE}=1.") from None
 
 
+class StoppedWaiting(BaseException):
+    """Raised inside :func:`stop_cuts_short` when a :class:`StopSignal` arrives. A ``BaseException``, as
+    ``KeyboardInterrupt`` is, so that the compiler's own ``except Exception`` handling lets it through."""
+
+
+_cut_short_depth = 0  # how many stop_cuts_short blocks the main thread is inside
+
+
+@contextlib.contextmanager
+def stop_cuts_short() -> Iterator[None]:
+    """A block that a stop signal ends at once, with :class:`StoppedWaiting`, instead of the loop's next poll.
+
+    For a long wait that changes no training state — compiling the update step takes 10-40 s with a cold
+    cache, longer than many schedulers wait between SIGTERM and SIGKILL — whose caller can go on without it
+    (the step then runs eagerly) and so reach the poll, and the checkpoint, at once. Only the main thread's
+    blocks count: signal handlers run there.
+
+    Examples:
+        >>> with StopSignal() as stop:
+        ...     try:
+        ...         with stop_cuts_short():
+        ...             signal.raise_signal(signal.SIGINT)
+        ...     except StoppedWaiting:
+        ...         print("cut short; received", signal.Signals(stop.received).name)
+        cut short; received SIGINT
+    """
+    global _cut_short_depth
+    main = threading.current_thread() is threading.main_thread()
+    _cut_short_depth += main
+    try:
+        yield
+    finally:
+        _cut_short_depth -= main
+
+
 class StopSignal:
     """Turns SIGTERM/SIGINT into a flag the training loop polls, so it can checkpoint and stop cleanly.
+    Inside a :func:`stop_cuts_short` block the signal also ends the block at once.
 
     A second signal of the same kind falls through to the previous handler (a double Ctrl-C still kills).
     """
@@ -396,6 +434,8 @@ class StopSignal:
                 previous(signum, frame)
             raise KeyboardInterrupt
         self.received = signum
+        if _cut_short_depth:
+            raise StoppedWaiting
 
     def __exit__(self, *exc) -> None:
         for sig, previous in self._previous.items():

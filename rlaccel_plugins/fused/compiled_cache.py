@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from rlaccel_plugins.checkpoint import stop_cuts_short
+
 log = logging.getLogger(__name__)
 
 _GUARD_FAILED = "GuardManager check failed"
@@ -83,12 +85,13 @@ class PersistedCompile:
             return _IN_PROCESS[key]
         path = cache_dir() / f"{key}.bin"
         start = time.perf_counter()
-        step = _load(path, self.function, args) if path.exists() else None
-        if step is not None:
-            self.events.append(("loaded", time.perf_counter() - start))
-        else:
-            step = self._compile(args, path)
-            self.events.append(("compiled", time.perf_counter() - start))
+        with stop_cuts_short():  # nothing is trained while it loads or compiles: a stop need not wait for it
+            step = _load(path, self.function, args) if path.exists() else None
+            if step is not None:
+                self.events.append(("loaded", time.perf_counter() - start))
+            else:
+                step = self._compile(args, path)
+                self.events.append(("compiled", time.perf_counter() - start))
         _IN_PROCESS[key] = step
         return step
 

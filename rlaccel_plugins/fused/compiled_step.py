@@ -48,12 +48,14 @@ Examples:
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from rlaccel_plugins.checkpoint import StoppedWaiting
 from rlaccel_plugins.fused.compiled_cache import PersistedCompile, thread_independent_guards
 from rlaccel_plugins.fused.torch_support import (
     PrivateApis,
@@ -65,6 +67,8 @@ from rlaccel_plugins.fused.torch_support import (
 
 ADAMS = (torch.optim.Adam, torch.optim.AdamW)
 _NUMBERS = (int, float)
+
+log = logging.getLogger(__name__)
 
 
 def ineligible(optimizer: torch.optim.Optimizer, guard: Any = None) -> str | None:
@@ -264,7 +268,8 @@ def built(make: Callable[[], Any], optimizers: Sequence[torch.optim.Optimizer | 
 class CompiledCall:
     """``function`` compiled once per process (TorchInductor with its C++ wrapper; random ops draw from
     torch's generator), called with the same arguments; where compilation fails, one warning and the
-    function itself from then on (:attr:`failed` says why). ``compile=False``: the function itself."""
+    function itself from then on (:attr:`failed` says why), as where a stop signal cuts its compilation short
+    (:func:`~rlaccel_plugins.checkpoint.stop_cuts_short`). ``compile=False``: the function itself."""
 
     def __init__(self, function: Callable, compile: bool = True) -> None:
         self.function = function
@@ -274,6 +279,11 @@ class CompiledCall:
     def __call__(self, *args: Any) -> Any:
         try:
             return self._call(*args)
+        except StoppedWaiting:  # the run is stopping: this call, and any before the stop, run eagerly
+            self.failed = "a stop signal arrived while it compiled"
+            self._call = self.function
+            log.info("rlaccel: %s; the update runs eagerly until the run stops", self.failed)
+            return self.function(*args)
         except Exception as error:
             if self._call is self.function:
                 raise

@@ -8,10 +8,12 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlaccel_plugins.checkpoint import CheckpointStore, state_digest
 from rlaccel_plugins.errors import ConfigError
@@ -272,3 +274,33 @@ def test_checkpoint_state_loads_without_running_code_and_a_file_that_would_is_re
         load_state(tmp_path / "crafted.pt")
     monkeypatch.setenv(TRUST_VARIABLE, "1")
     assert load_state(tmp_path / "crafted.pt") == {"evil": None}  # the caller's explicit trust
+
+
+def _slow_to_compile(x):
+    return torch.sin(x).cumsum(0) * 2.0
+
+
+def test_a_stop_signal_during_a_compilation_ends_it_and_the_step_runs_eagerly(tmp_path, monkeypatch):
+    """SIGTERM while the update step compiles (10-40 s on a cold cache): the compilation ends at once, this
+    call runs the same function eagerly, the flag is set for the loop's poll and nothing is saved."""
+    from rlaccel_plugins.checkpoint import StopSignal
+    from rlaccel_plugins.fused.compiled_step import CompiledCall, compile_unsupported, persist_unsupported
+
+    if compile_unsupported() or persist_unsupported():
+        pytest.skip("this PyTorch compiles no persisted step")
+    monkeypatch.setenv("RLACCEL_CACHE_DIR", str(tmp_path))
+    x = torch.linspace(0, 1, 7)
+    with StopSignal() as stop:
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+        call = CompiledCall(_slow_to_compile)
+        timer.start()
+        try:
+            out = call(x)
+        finally:
+            timer.cancel()
+            timer.join()
+    assert stop.received == signal.SIGTERM
+    assert call.failed == "a stop signal arrived while it compiled"
+    assert torch.equal(out, _slow_to_compile(x))
+    assert not list(tmp_path.glob("*.bin"))  # nothing half-compiled was kept
+    assert torch.equal(call(x), _slow_to_compile(x))  # and it stays eager
