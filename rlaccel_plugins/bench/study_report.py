@@ -203,7 +203,8 @@ def analyse(records: list[dict[str, Any]], randoms: dict[str, float], speed: dic
     cost = {"ok_runs": len(ok), "failed_attempts": len(records) - len(ok),
             "worker_hours": sum(r.get("worker_seconds", 0.0) for r in records) / 3600}
     return {"tasks": tasks_out, "aggregate": _aggregate(scores_of, tasks_out, reps),
-            "decisions": _decisions(scores_of, tasks_out, reps), "cost": cost}
+            "decisions": _decisions(scores_of, tasks_out, reps),
+            "schedule_decisions": _schedule_decisions(scores_of, tasks_out, reps), "cost": cost}
 
 
 def _refusal(rows: dict[str, dict[str, Any]], variants) -> str | None:
@@ -232,13 +233,14 @@ def family_of(key: str) -> str | None:
     return f"{task.framework} {task.algo.upper()}" + (" (images)" if task_info(task.env_id).pixels else "")
 
 
-def _family_tasks(tasks_out: dict[str, Any]) -> dict[str, list[str]]:
-    """The study tasks of each algorithm family that compare the article's tiers with uniform sampling at the
-    family's own recipe (a sweep point, whose recipe changed, is left out)."""
+def _family_tasks(tasks_out: dict[str, Any], pair: tuple[str, str] = ()) -> dict[str, list[str]]:
+    """The study tasks of each algorithm family that ran both variants of ``pair`` (default: the article's tiers
+    and uniform sampling) at the family's own recipe (a sweep point, whose recipe changed, is left out)."""
+    pair = pair or (ARTICLE, UNIFORM)
     families: dict[str, list[str]] = {}
     for key in sorted(tasks_out):
         task, family = _task_of(key), family_of(key)
-        if family is not None and not task.sweep and {ARTICLE, UNIFORM} <= tasks_out[key]["rows"].keys():
+        if family is not None and not task.sweep and set(pair) <= tasks_out[key]["rows"].keys():
             families.setdefault(family, []).append(key)
     return families
 
@@ -273,38 +275,61 @@ def _aggregate(scores_of, tasks_out, reps: int) -> dict[str, Any]:
     return {"tasks": keys, "seeds": len(seeds), "iqm_auc": ls.iqm_with_ci(areas, reps), "pairs": pairs}
 
 
-def _decisions(scores_of, tasks_out, reps: int) -> dict[str, Any]:
-    """Per algorithm family: sample by the article's tiers only where P(tiers > uniform) over the family's tasks
-    together is above 0.5 on the screening seeds (0-9) and then confirmed on fresh seeds (10 on) with a 95% CI
-    lower bound above 0.5; else uniformly. Failed or non-finite runs refuse a decision (it stays uniform)."""
+def _screened(scores_of, tasks_out, pair: tuple[str, str], measure: str, reps: int) -> dict[str, Any]:
+    """Per algorithm family, whether ``pair[0]`` beats ``pair[1]`` on ``measure``: P(x > y) over the family's
+    tasks together above 0.5 on the screening seeds (0-9), then confirmed on fresh seeds (10 on) with a 95% CI
+    lower bound above 0.5. Each entry's ``chosen`` is the winner (``pair[1]`` unless x is screened and
+    confirmed) and ``why``; failed or non-finite runs refuse a decision (``pair[1]`` stays)."""
+    x, y = pair
     out = {}
-    for family, keys in _family_tasks(tasks_out).items():
-        pair = [ARTICLE, UNIFORM]
-        seeds = _shared_seeds(scores_of, keys, pair)
+    for family, keys in _family_tasks(tasks_out, pair).items():
+        seeds = _shared_seeds(scores_of, keys, list(pair))
         if len(seeds) < 3:
             continue
         screen = [s for s in seeds if s < SCREEN_SEEDS]
         confirm = [s for s in seeds if s >= SCREEN_SEEDS]
         entry: dict[str, Any] = {"tasks": keys, "seeds": len(seeds), "screen_seeds": len(screen),
-                                 "confirm_seeds": len(confirm), "all": _pooled(scores_of, keys, ARTICLE, UNIFORM, seeds, reps)}
+                                 "confirm_seeds": len(confirm), "measure": measure,
+                                 "all": _pooled(scores_of, keys, x, y, seeds, reps)}
         if screen:
-            entry["screen"] = _pooled(scores_of, keys, ARTICLE, UNIFORM, screen, reps, ("auc",))["auc"]
+            entry["screen"] = _pooled(scores_of, keys, x, y, screen, reps, (measure,)).get(measure)
         if len(confirm) >= 3:
-            entry["confirm"] = _pooled(scores_of, keys, ARTICLE, UNIFORM, confirm, reps, ("auc",))["auc"]
+            entry["confirm"] = _pooled(scores_of, keys, x, y, confirm, reps, (measure,)).get(measure)
         refused = next(filter(None, (_refusal(tasks_out[k]["rows"], pair) for k in keys)), None)
         if refused:
-            entry.update(sampling="uniform", why=f"refused: {refused}")
+            entry.update(chosen=y, why=f"refused: {refused}")
         elif len(screen) < SCREEN_SEEDS:
-            entry.update(sampling="uniform", why=f"screen incomplete: {len(screen)} of its {SCREEN_SEEDS} seeds")
+            entry.update(chosen=y, why=f"screen incomplete: {len(screen)} of its {SCREEN_SEEDS} seeds")
+        elif entry.get("screen") is None:
+            entry.update(chosen=y, why=f"refused: no finite {measure} on every screening run")
         elif entry["screen"][0] <= 0.5:
-            entry.update(sampling="uniform", why="the screen shows no gain")
+            entry.update(chosen=y, why="the screen shows no gain")
         elif "confirm" not in entry:
-            entry.update(sampling="uniform", why="screened, not confirmed yet: needs fresh seeds")
+            entry.update(chosen=y, why="screened, not confirmed yet: needs fresh seeds")
         elif entry["confirm"][1] > 0.5:
-            entry.update(sampling="tiers", why="screened and confirmed on fresh seeds")
+            entry.update(chosen=x, why="screened and confirmed on fresh seeds")
         else:
-            entry.update(sampling="uniform", why="not confirmed on fresh seeds")
+            entry.update(chosen=y, why="not confirmed on fresh seeds")
         out[family] = entry
+    return out
+
+
+def _decisions(scores_of, tasks_out, reps: int) -> dict[str, Any]:
+    """Per algorithm family: sample by the article's tiers only where :func:`_screened` chooses them over uniform
+    sampling on the area (``sampling``: ``tiers`` or ``uniform``)."""
+    out = _screened(scores_of, tasks_out, (ARTICLE, UNIFORM), "auc", reps)
+    for entry in out.values():
+        entry["sampling"] = "tiers" if entry.pop("chosen") == ARTICLE else "uniform"
+    return out
+
+
+def _schedule_decisions(scores_of, tasks_out, reps: int) -> dict[str, Any]:
+    """Per algorithm family that ran it: keep the sparse/dense schedule (in the presets that carry it) only where
+    :func:`_screened` chooses it over every update full, both sampling uniformly, on the area over time — what
+    the schedule claims is time (``schedule``: ``sparse/dense`` or ``full``)."""
+    out = _screened(scores_of, tasks_out, (SPARSE_DENSE, UNIFORM), "auc_time", reps)
+    for entry in out.values():
+        entry["schedule"] = "sparse/dense" if entry.pop("chosen") == SPARSE_DENSE else "full"
     return out
 
 
@@ -396,6 +421,21 @@ def decision_table(stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def schedule_table(stats: dict[str, Any]) -> str:
+    """One row per algorithm family that ran the sparse/dense schedule: P(sparse/dense > every update full) over
+    its tasks on the area over time (the decision's measure) and per env step, the screen, the confirmation, and
+    what the presets that carry the schedule do (the docs' table)."""
+    lines = [("| family | tasks | seeds (screen + fresh) | P area over time, all seeds | P area per env step | final | "
+              "screen (seeds 0-9) | confirmation (fresh seeds) | schedule |"),
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for family, d in stats.get("schedule_decisions", {}).items():
+        tasks = ", ".join(k.split(" ", 2)[-1] for k in d["tasks"])
+        lines.append(f"| {family} | {tasks} | {d['screen_seeds']} + {d['confirm_seeds']} | "
+                     f"{_ci(d['all'].get('auc_time'))} | {_ci(d['all'].get('auc'))} | {_ci(d['all'].get('final'))} | "
+                     f"{_ci(d.get('screen'))} | {_ci(d.get('confirm'))} | **{d['schedule']}**: {d['why']} |")
+    return "\n".join(lines)
+
+
 def volume_rows(stats: dict[str, Any]) -> list[tuple[int, float, dict[str, Any]]]:
     """The replay-volume sweep's points: ``(gradient_steps, samples per env step, P(article tiers > uniform)
     entry)``, the study's own CartPole DQN task as the sweep's base point."""
@@ -438,6 +478,12 @@ def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
                   ("P(article tiers > uniform) over each family's tasks together. A family samples by the article's "
                    "tiers only where the screen (seeds 0-9) favours them and fresh seeds (10 on) confirm it with a 95% "
                    "CI lower bound above 0.5; every other family samples uniformly."), "", decision_table(stats), ""]
+    if stats.get("schedule_decisions"):
+        lines += ["## Whether the presets keep the sparse/dense schedule, per algorithm family", "",
+                  ("P(uniform + sparse/dense > uniform, every update full) over each family's tasks together, on the "
+                   "area over time: the schedule trains fewer layers on most steps to save time, so time is its "
+                   "claim. A preset keeps it only where the screen (seeds 0-9) favours it and fresh seeds (10 on) "
+                   "confirm it with a 95% CI lower bound above 0.5."), "", schedule_table(stats), ""]
     for key, task in stats["tasks"].items():
         if "budget" not in task:
             lines += [f"## {key}", "", "Every run of this task failed: " + ", ".join(
@@ -592,6 +638,8 @@ def write_report(out: str | Path, reps: int = ls.REPS) -> dict[str, Any]:
     (out / "report.md").write_text(text)
     if stats["decisions"]:  # the docs include these tables as they are
         (out / "decisions.md").write_text(decision_table(stats) + "\n")
+    if stats.get("schedule_decisions"):
+        (out / "schedule.md").write_text(schedule_table(stats) + "\n")
     if len(volume_rows(stats)) > 1:
         (out / "volume.md").write_text(volume_table(stats) + "\n")
     plots = plot(records, stats, out)

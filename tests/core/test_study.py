@@ -28,7 +28,7 @@ ARTICLE_SAMPLED = {"sampling": "tiers", "level_capacity": [794, 3968, 15873, 793
 
 
 def synthetic_records(shift: float, runs: int = 30, seed: int = 0, variants=(STOCK, UNIFORM), late_only=False,
-                      task: str = TASK) -> list[dict]:
+                      task: str = TASK, env_id: str = "CartPole-v1") -> list[dict]:
     """Runs of ``variants`` (the last shifted by ``shift``, in the second half of the budget only with
     ``late_only``), each recording what it sampled."""
     rng = np.random.default_rng(seed)
@@ -39,7 +39,7 @@ def synthetic_records(shift: float, runs: int = 30, seed: int = 0, variants=(STO
             curve = synthetic_curve(rng.normal(300, 60), rng)
             for point in curve[len(curve) // 2 if late_only else 0:]:
                 point["mean_reward"] += offset
-            records.append({"task": task, "env_id": "CartPole-v1", "variant": variant, "seed": s, "budget": 8000,
+            records.append({"task": task, "env_id": env_id, "variant": variant, "seed": s, "budget": 8000,
                             "curve": curve, "status": "ok", "replay_sampling": sampled})
     return records
 
@@ -107,6 +107,32 @@ def test_a_variant_that_learns_the_same_per_env_step_in_half_the_time_wins_the_a
     assert "area over time: the first 4 s of training" in text and "| area over time |" in text
     untimed = analyse(synthetic_records(shift=0.0, seed=1), {"CartPole-v1": 22.0}, reps=200)  # no times recorded
     assert "auc_time" not in untimed["tasks"][TASK]["pairs"][f"{UNIFORM} > {STOCK}"]["poi_by"]
+
+
+@pytest.mark.parametrize("seeds, speedup, schedule, why", [
+    (10, 2.0, "full", "screened, not confirmed yet: needs fresh seeds"),
+    (20, 2.0, "sparse/dense", "screened and confirmed on fresh seeds"),
+    (20, 0.5, "full", "the screen shows no gain"),
+    (6, 2.0, "full", "screen incomplete: 6 of its 10 seeds"),
+])
+def test_the_sparse_dense_schedule_is_kept_on_images_only_where_it_wins_the_area_over_time_twice(
+        seeds, speedup, schedule, why):
+    """The same curves per env step, the schedule's in ``1 / speedup`` of the time: kept in the presets only
+    where the screening seeds (0-9) favour it on the area over time and fresh seeds confirm it."""
+    from rlaccel_plugins.bench.study import PIXEL_TASKS, SPARSE_DENSE
+
+    task, env_id = TASKS[PIXEL_TASKS[0]].key, TASKS[PIXEL_TASKS[0]].env_id
+    records = synthetic_records(shift=0.0, runs=seeds, seed=1, variants=(UNIFORM, SPARSE_DENSE), task=task,
+                                env_id=env_id)
+    for record in records:
+        for point in record["curve"]:
+            point["train_seconds"] = point["env_steps"] / 1000 / (speedup if record["variant"] == SPARSE_DENSE else 1)
+    stats = analyse(records, {env_id: 0.4}, reps=300)
+    decision = stats["schedule_decisions"]["sb3 DQN (images)"]
+    assert (decision["schedule"], decision["why"]) == (schedule, why)
+    assert decision["measure"] == "auc_time" and not stats["decisions"]  # no tiers ran: no sampling decision
+    assert decision["all"]["auc"][1] < 0.5 < decision["all"]["auc"][2]  # per env step they are the same
+    assert f"| sb3 DQN (images) | {env_id} | " in markdown(stats, {"study": "synthetic"})
 
 
 def fake_run(task, variant, seed):
