@@ -407,33 +407,33 @@ def summary_table(stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _decided_table(decided: dict[str, Any], measures: tuple[tuple[str, str], ...], outcome: tuple[str, str]) -> str:
+    """A :func:`_screened` decision per row: the family, its tasks, its seeds, P(X > Y) over all seeds on each of
+    ``measures`` (``(header, measure)``), the screen, the confirmation, and ``outcome`` (``(header, entry key)``)."""
+    header = ["family", "tasks", "seeds (screen + fresh)", *(h for h, _ in measures), "screen (seeds 0-9)",
+              "confirmation (fresh seeds)", outcome[0]]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(measures) + 3) + "---|"]
+    for family, d in decided.items():
+        cells = [family, ", ".join(k.split(" ", 2)[-1] for k in d["tasks"]), f"{d['screen_seeds']} + {d['confirm_seeds']}",
+                 *(_ci(d["all"].get(m)) for _, m in measures), _ci(d.get("screen")), _ci(d.get("confirm")),
+                 f"**{d[outcome[1]]}**: {d['why']}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def decision_table(stats: dict[str, Any]) -> str:
     """One row per algorithm family: its tasks, seeds, P(article tiers > uniform) on every measure, the screen
     and the confirmation, and what the no-argument default samples for it (the docs' table)."""
-    lines = [("| family | tasks | seeds (screen + fresh) | P area, all seeds | first half | second half | final | "
-              "screen (seeds 0-9) | confirmation (fresh seeds) | default samples |"),
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for family, d in stats.get("decisions", {}).items():
-        tasks = ", ".join(k.split(" ", 2)[-1] for k in d["tasks"])
-        lines.append(f"| {family} | {tasks} | {d['screen_seeds']} + {d['confirm_seeds']} | {_ci(d['all']['auc'])} | "
-                     f"{_ci(d['all']['early'])} | {_ci(d['all']['late'])} | {_ci(d['all']['final'])} | "
-                     f"{_ci(d.get('screen'))} | {_ci(d.get('confirm'))} | **{d['sampling']}**: {d['why']} |")
-    return "\n".join(lines)
+    return _decided_table(stats.get("decisions", {}), (("P area, all seeds", "auc"), ("first half", "early"),
+                          ("second half", "late"), ("final", "final")), ("default samples", "sampling"))
 
 
 def schedule_table(stats: dict[str, Any]) -> str:
     """One row per algorithm family that ran the sparse/dense schedule: P(sparse/dense > every update full) over
     its tasks on the area over time (the decision's measure) and per env step, the screen, the confirmation, and
     what the presets that carry the schedule do (the docs' table)."""
-    lines = [("| family | tasks | seeds (screen + fresh) | P area over time, all seeds | P area per env step | final | "
-              "screen (seeds 0-9) | confirmation (fresh seeds) | schedule |"),
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    for family, d in stats.get("schedule_decisions", {}).items():
-        tasks = ", ".join(k.split(" ", 2)[-1] for k in d["tasks"])
-        lines.append(f"| {family} | {tasks} | {d['screen_seeds']} + {d['confirm_seeds']} | "
-                     f"{_ci(d['all'].get('auc_time'))} | {_ci(d['all'].get('auc'))} | {_ci(d['all'].get('final'))} | "
-                     f"{_ci(d.get('screen'))} | {_ci(d.get('confirm'))} | **{d['schedule']}**: {d['why']} |")
-    return "\n".join(lines)
+    return _decided_table(stats.get("schedule_decisions", {}), (("P area over time, all seeds", "auc_time"),
+                          ("P area per env step", "auc"), ("final", "final")), ("schedule", "schedule"))
 
 
 def volume_rows(stats: dict[str, Any]) -> list[tuple[int, float, dict[str, Any]]]:
