@@ -233,10 +233,9 @@ def family_of(key: str) -> str | None:
     return f"{task.framework} {task.algo.upper()}" + (" (images)" if task_info(task.env_id).pixels else "")
 
 
-def _family_tasks(tasks_out: dict[str, Any], pair: tuple[str, str] = ()) -> dict[str, list[str]]:
+def _family_tasks(tasks_out: dict[str, Any], pair: tuple[str, str] = (ARTICLE, UNIFORM)) -> dict[str, list[str]]:
     """The study tasks of each algorithm family that ran both variants of ``pair`` (default: the article's tiers
     and uniform sampling) at the family's own recipe (a sweep point, whose recipe changed, is left out)."""
-    pair = pair or (ARTICLE, UNIFORM)
     families: dict[str, list[str]] = {}
     for key in sorted(tasks_out):
         task, family = _task_of(key), family_of(key)
