@@ -121,6 +121,21 @@ def time_horizon(runs: list[dict[str, Any]]) -> float | None:
     return float(min(ends))
 
 
+def split_seeds(runs: list[dict[str, Any]]) -> list[int]:
+    """The seeds whose runs of one task ran on more than one machine (``provenance.machine``): their times differ
+    by machine as well as by variant, so no time-based measure may compare them.
+
+    Examples:
+        >>> run = lambda seed, machine: {"seed": seed, "provenance": {"machine": machine}}
+        >>> split_seeds([run(0, "a"), run(0, "a"), run(1, "a"), run(1, "b"), run(2, "b")])
+        [1]
+    """
+    machines: dict[int, set[str]] = {}
+    for r in runs:
+        machines.setdefault(r["seed"], set()).add(r.get("provenance", {}).get("machine", ""))
+    return sorted(seed for seed, names in machines.items() if len(names) > 1)
+
+
 def _failed_seeds(records: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
     """Per (task, variant): the seeds that failed and never finished (a failed run retried to success is not lost)."""
     ok = {(r["task"], r["variant"], r["seed"]) for r in records if r.get("status") == "ok"}
@@ -196,7 +211,8 @@ def analyse(records: list[dict[str, Any]], randoms: dict[str, float], speed: dic
                 entry["seeds_needed"] = ls.seeds_for_decision(min(len(valid[x]), len(valid[y])), low, high, point)
             pairs[f"{x} > {y}"] = entry
         tasks_out[key] = {"env_id": env_id, "threshold": threshold, "random": random, "rows": rows, "pairs": pairs,
-                          "budget": budget, "horizon_s": horizon}
+                          "budget": budget, "horizon_s": horizon,
+                          "split_seeds": split_seeds([r for runs in variants.values() for r in runs])}
         if speed and key in speed:
             _derive_time(tasks_out[key], speed[key])
     ok = [r for r in records if r.get("status", "ok") == "ok"]
@@ -295,6 +311,10 @@ def _screened(scores_of, tasks_out, pair: tuple[str, str], measure: str, reps: i
         if len(confirm) >= 3:
             entry["confirm"] = _pooled(scores_of, keys, x, y, confirm, reps, (measure,)).get(measure)
         refused = next(filter(None, (_refusal(tasks_out[k]["rows"], pair) for k in keys)), None)
+        split = [f"{k} (seeds {', '.join(map(str, tasks_out[k]['split_seeds']))})" for k in keys
+                 if tasks_out[k]["split_seeds"]]
+        if measure == "auc_time" and split and not refused:
+            refused = "runs of one seed on different machines: " + "; ".join(split)
         if refused:
             entry.update(chosen=y, why=f"refused: {refused}")
         elif len(screen) < SCREEN_SEEDS:
@@ -492,7 +512,10 @@ def markdown(stats: dict[str, Any], meta: dict[str, Any]) -> str:
         lines += [f"## {key}", "",
                   (f"Budget {task['budget']:,} env steps; threshold {task['threshold']:g}; random policy "
                    f"{task['random']:.1f}" + (f"; area over time: the first {task['horizon_s']:,.0f} s of training "
-                                             "(the shortest run's)." if task.get("horizon_s") else ".")), "",
+                                             "(the shortest run's)." if task.get("horizon_s") else ".")
+                   + (f" Seeds {', '.join(map(str, task['split_seeds']))} ran their variants on different machines: "
+                      "their times differ by machine as well as by variant (re-run them on one machine: move their "
+                      "records aside and `--resume`)." if task.get("split_seeds") else "")), "",
                   ("| variant | sampled | runs | failed / no score | IQM area | IQM final | reached | env steps to "
                    "threshold (median) |" + (" speed vs stock | derived time vs stock |" if timed else "")),
                   "|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if timed else "")]

@@ -135,6 +135,27 @@ def test_the_sparse_dense_schedule_is_kept_on_images_only_where_it_wins_the_area
     assert f"| sb3 DQN (images) | {env_id} | " in markdown(stats, {"study": "synthetic"})
 
 
+def test_a_time_decision_refuses_a_seed_whose_variants_ran_on_different_machines():
+    """Seconds on one machine are not seconds on another: a seed whose runs of a task span two machines is named
+    in the report, and no decision on the area over time is taken from it."""
+    from rlaccel_plugins.bench.study import PIXEL_TASKS, SPARSE_DENSE
+
+    task, env_id = TASKS[PIXEL_TASKS[0]].key, TASKS[PIXEL_TASKS[0]].env_id
+    records = synthetic_records(shift=0.0, runs=20, seed=1, variants=(UNIFORM, SPARSE_DENSE), task=task, env_id=env_id)
+    for record in records:
+        fast = record["variant"] == SPARSE_DENSE
+        machine = "faster" if fast and record["seed"] == 3 else "usual"
+        record["provenance"] = {"machine": machine}
+        for point in record["curve"]:
+            point["train_seconds"] = point["env_steps"] / 1000 / (2 if fast else 1)
+    stats = analyse(records, {env_id: 0.4}, reps=300)
+    decision = stats["schedule_decisions"]["sb3 DQN (images)"]
+    assert stats["tasks"][task]["split_seeds"] == [3]
+    assert (decision["schedule"], decision["why"]) == (
+        "full", f"refused: runs of one seed on different machines: {task} (seeds 3)")
+    assert "Seeds 3 ran their variants on different machines" in markdown(stats, {"study": "synthetic"})
+
+
 def fake_run(task, variant, seed):
     """A stand-in for a training run: instant, with a record shaped like a real one; an odd seed of the uniform
     variant kills its own process while RLACCEL_TEST_CRASH names a file that exists (a worker dying mid-run),
