@@ -279,7 +279,7 @@ class CompiledCall:
     def __call__(self, *args: Any) -> Any:
         try:
             return self._call(*args)
-        except StoppedWaiting:  # the run is stopping: this call, and any before the stop, run eagerly
+        except StoppedWaiting:  # the run is stopping: this call and every later one run eagerly
             self.failed = "a stop signal arrived while it compiled"
             self._call = self.function
             log.info("rlaccel: %s; the update runs eagerly until the run stops", self.failed)
