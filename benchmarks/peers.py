@@ -21,6 +21,9 @@ RL Zoo's 100,000 so that the warm-up reaches the updates: the same updates, soon
 - ``drop-in + channels_last``: the drop-in with ``channels_last=True`` (convolutional policies);
 - ``drop-in + head-only dense``: the drop-in with the sparse/dense schedule training only the output layer on
   99 of every 100 gradient steps (``sparse_update_interval=100, dense_layers=[-1]``; convolutional policies);
+- ``drop-in + article schedule``: the drop-in with the article's sparse/dense schedule, the last three layers on
+  99 of every 100 gradient steps (``presets.ARTICLE_SCHEDULE``: the default until the pixel study; convolutional
+  policies);
 - ``SBX``: ``sbx.<ALGO>`` with the same settings (``pip install -e ".[peers]"``; left out when not installed,
   and on tasks whose recipe names a network of its own, which SBX's policies cannot take: MinAtar's; on Atari
   its own ``CnnPolicy``, NatureCNN in JAX).
@@ -60,6 +63,7 @@ from benchmarks import _results
 from rlaccel_plugins.bench.report import machine
 from rlaccel_plugins.bench.speed import ratio_ci
 from rlaccel_plugins.bench.timing import interleaved
+from rlaccel_plugins.presets import ARTICLE_SCHEDULE
 from rlaccel_plugins.tasks import ensure_registered, task_info
 
 
@@ -76,7 +80,8 @@ class Task:
 # compiled, channels-last convolutions, the sparse/dense schedule on the output layer
 DROP_IN = {"drop-in": {}, "drop-in eager": dict(compiled_updates=False), "drop-in + compiled": dict(compiled_updates=True),
            "drop-in + channels_last": dict(channels_last=True),
-           "drop-in + head-only dense": dict(sparse_update_interval=100, dense_layers=[-1])}
+           "drop-in + head-only dense": dict(sparse_update_interval=100, dense_layers=[-1]),
+           "drop-in + article schedule": dict(ARTICLE_SCHEDULE)}
 TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
          "sac-pendulum": Task("sac", "Pendulum-v1", 3_000, 500),
          "td3-pendulum": Task("td3", "Pendulum-v1", 3_000, 10_500),
@@ -86,7 +91,8 @@ TASKS = {"dqn-cartpole": Task("dqn", "CartPole-v1", 20_000, 2_000),
          "dqn-pong": Task("dqn", "Pong-v5", 4_000, 2_500, learning_starts=2_000)}
 VARIANTS = ("stock", "stock 1-thread", "stock + torch.compile", "stock + optimize_memory_usage", *DROP_IN, "SBX")
 # for convolutional policies only
-IMAGE_VARIANTS = ("stock + optimize_memory_usage", "drop-in + channels_last", "drop-in + head-only dense")
+IMAGE_VARIANTS = ("stock + optimize_memory_usage", "drop-in + channels_last", "drop-in + head-only dense",
+                  "drop-in + article schedule")
 COMPILED_ALGOS = tuple(name.lower() for name in COMPILED)  # algorithms with a compiled step (the registry's)
 
 

@@ -5,8 +5,8 @@ forward, smooth-L1 loss, zero_grad, backward, grad clipping, Adam step. Variants
 rounds so machine noise hits all of them alike:
 
 - ``full``   — stock: every parameter trained on every step
-- ``dense``  — the ``atari`` preset's dense set (last 3 layers: q head, 512-unit linear, conv3) only
-- ``preset`` — the ``atari`` schedule: 1 full step then 99 dense steps (amortised)
+- ``dense``  — the article's dense set (last 3 layers: q head, 512-unit linear, conv3) only
+- ``preset`` — the article's schedule (``presets.ARTICLE_SCHEDULE``): 1 full step then 99 dense steps (amortised)
 
 The FLOP ratio comes from the updater's own counters (``torch.utils.flop_counter``), with the
 target forward added to both sides: ``(2F + B_dense) / (2F + B_full)``.
@@ -26,6 +26,7 @@ import torch.nn.functional as F
 import rlaccel_plugins as rla
 from benchmarks import _results
 from rlaccel_plugins.bench.timing import interleaved, medians, seconds
+from rlaccel_plugins.presets import ARTICLE_SCHEDULE
 
 
 def make_policy():
@@ -64,7 +65,8 @@ def time_steps(policy, batch, steps: int) -> float:
 
 def bench(batch_size: int, steps: int, rounds: int) -> dict:
     torch.manual_seed(0)
-    preset = rla.get_preset("atari").training
+    article = rla.load_config(preset="atari", **ARTICLE_SCHEDULE)  # the article's schedule (the preset trains full)
+    preset = article.training
     batch = make_batch(batch_size)
     stock = make_policy()
     dense = make_policy()
@@ -72,7 +74,7 @@ def bench(batch_size: int, steps: int, rounds: int) -> dict:
     dense_upd.attach(dense.q_net, dense.optimizer, example_input=batch[0][:8], name="q_net")
     dqn_step(dense, batch)  # step 0 is full; every later step is dense
     scheduled = make_policy()
-    preset_upd = rla.SparseDenseUpdater.from_config(rla.get_preset("atari"))
+    preset_upd = rla.SparseDenseUpdater.from_config(article)
     preset_upd.attach(scheduled.q_net, scheduled.optimizer, example_input=batch[0][:8], name="q_net")
     for policy in (stock, dense, scheduled):
         time_steps(policy, batch, 2)  # warm-up

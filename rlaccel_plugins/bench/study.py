@@ -71,9 +71,8 @@ class StudyTask:
 STOCK, UNIFORM, TIERS, ARTICLE = "stock", "drop-in, uniform (off)", "drop-in, tiers (preset)", "drop-in, article tiers"
 ERE, CER, ANNEAL = "drop-in + ERE", "drop-in + CER", "drop-in, tiers annealed"
 COMPILED = "drop-in, uniform + compiled updates"  # training.compiled_updates: the learning check of a re-rounding
-# image observations: the article's other technique, sparse/dense updates (the head alone trains on 99 steps of 100),
-# and the `atari` preset as it is (its sampling and its schedule)
-SPARSE_DENSE, ATARI_PRESET = "drop-in, uniform + sparse/dense (head)", "drop-in, atari preset"
+# image observations: the article's other technique, sparse/dense updates (the head alone trains on 99 steps of 100)
+SPARSE_DENSE = "drop-in, uniform + sparse/dense (head)"
 BASELINES = {STOCK: STOCK, UNIFORM: UNIFORM}  # what the other variants are compared against
 # Until 2026-12-06 the no-argument default sampled the article's tiers scaled to the buffer for every
 # algorithm, and the study called that variant "drop-in, no argument": its runs are the article-tiers runs.
@@ -100,18 +99,12 @@ def study_variants(framework: str, algo: str, preset: str, budget: int,
     return tuple(variants)
 
 
-def pixel_variants(framework: str, algo: str, network_layers: int) -> tuple[Variant, ...]:
-    """Stock; the drop-in sampling uniformly, by the article's tiers, uniformly with sparse/dense updates of the
-    head; and the ``atari`` preset as it is, unless its dense layers cover a network of ``network_layers``
-    (then, sampling uniformly, it trains what the uniform variant trains: its runs would measure nothing new)."""
-    from rlaccel_plugins.loader import get_preset
-
-    variants = (*study_variants(framework, algo, "atari", 0, candidates=False),
-                replace(drop_in(framework, "off", algo, sparse_update_interval=100, dense_layers=[-1]),
-                        name=SPARSE_DENSE))
-    if len(get_preset("atari").training.dense_layers) >= network_layers:
-        return variants
-    return (*variants, replace(drop_in(framework, "atari", algo), name=ATARI_PRESET))
+def pixel_variants(framework: str, algo: str) -> tuple[Variant, ...]:
+    """Stock; the drop-in sampling uniformly, by the article's tiers, and uniformly with sparse/dense updates of the
+    head. The ``atari`` preset needs no variant of its own: it samples uniformly and trains every update full
+    (before the pixel study, its last three layers, this whole network on MinAtar), as the uniform variant does."""
+    return (*study_variants(framework, algo, "atari", 0, candidates=False),
+            replace(drop_in(framework, "off", algo, sparse_update_interval=100, dense_layers=[-1]), name=SPARSE_DENSE))
 
 
 def _task(env_id: str, framework: str, algo: str, preset: str, budget: int, eval_freq: int,
@@ -190,12 +183,11 @@ TASKS.update({f"cartpole-dqn-gs{g}": replay_volume(TASKS["cartpole-dqn"], g) for
 # pilot's stock runs reached at 75k steps); P(X > Y) does not depend on them.
 MINATAR_BUDGET, MINATAR_EVAL = 75_000, 7_500
 MINATAR_THRESHOLDS = {"Breakout": 5.0, "SpaceInvaders": 15.0}
-MINATAR_NETWORK_LAYERS = 3  # the paper's: a convolution, a 128-unit layer, the head
 
 
 def _minatar_task(game: str) -> StudyTask:
     task = _task(f"MinAtar/{game}-v1", "sb3", "dqn", "atari", MINATAR_BUDGET, MINATAR_EVAL, requires="minatar",
-                 threshold=MINATAR_THRESHOLDS[game], variants=pixel_variants("sb3", "dqn", MINATAR_NETWORK_LAYERS))
+                 threshold=MINATAR_THRESHOLDS[game], variants=pixel_variants("sb3", "dqn"))
     return replace(task, hyperparams=(("exploration_fraction", 0.1),))
 
 

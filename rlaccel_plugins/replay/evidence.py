@@ -3,7 +3,8 @@
 A family samples by the tiers' ratios only where the learning study showed them to help: screened on
 seeds 0-9, then confirmed on fresh seeds with P(tiers > uniform)'s 95% CI above 0.5 (the decision table
 in the docs, "Learning study"; ``rlaccel bench --suite learning`` recomputes it). Every other family,
-and every task with image observations (Atari: not measured), samples uniformly, as the frameworks do.
+and every task with image observations (screened in favour of the tiers on MinAtar, not confirmed yet),
+samples uniformly, as the frameworks do.
 """
 
 from __future__ import annotations

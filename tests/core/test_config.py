@@ -10,14 +10,18 @@ from rlaccel_plugins.config import FIELD_SECTION, SECTIONS
 from rlaccel_plugins.errors import ConfigError
 
 
-def test_atari_preset_holds_the_article_values_verbatim():
+def test_atari_preset_holds_the_article_values_but_its_schedule_which_is_one_setting_away():
+    from rlaccel_plugins.presets import ARTICLE_SCHEDULE
+
     cfg = rla.get_preset("atari")
     assert cfg.replay_buffer.levels == 4
     assert cfg.replay_buffer.level_capacity == (1000, 5000, 20000, 100000)
     assert cfg.replay_buffer.sampling_ratio == (0.7, 0.2, 0.08, 0.02)
     t = cfg.training
-    assert (t.batch_size, t.sparse_update_interval, t.dense_layers) == (512, 100, (-3, -2, -1))
+    assert (t.batch_size, t.sparse_update_interval, t.dense_layers) == (512, 1, (-3, -2, -1))  # the pixel study
     assert (t.learning_rate, t.parallel_envs, t.sync_interval) == (0.00025, 256, 50)
+    article = rla.load_config(preset="atari", **ARTICLE_SCHEDULE).training
+    assert (article.sparse_update_interval, article.dense_layers) == (100, (-3, -2, -1))
 
 
 def test_task_type_presets_follow_the_tuning_table():

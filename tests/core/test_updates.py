@@ -7,6 +7,7 @@ from torch import nn
 
 import rlaccel_plugins as rla
 from rlaccel_plugins.errors import ConfigError, RlaccelWarning
+from rlaccel_plugins.presets import ARTICLE_SCHEDULE
 from rlaccel_plugins.updates import discover_layers
 
 
@@ -182,7 +183,7 @@ def test_a_state_loaded_before_attach_is_saved_again_as_loaded():
 # ------------------------------------------------------------------ counters
 def test_flop_counters_measure_the_saving_on_a_nature_cnn():
     net = NatureQ()
-    upd = rla.SparseDenseUpdater.from_config(rla.get_preset("atari"))
+    upd = rla.SparseDenseUpdater.from_config(rla.load_config(preset="atari", **ARTICLE_SCHEDULE))
     upd.attach(net, torch.optim.Adam(net.parameters()), torch.zeros(8, 4, 84, 84, dtype=torch.uint8))
     s = upd.stats
     assert s["flops_backward_dense"] < s["flops_backward_full"]
