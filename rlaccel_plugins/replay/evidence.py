@@ -13,8 +13,10 @@ import dataclasses
 
 from rlaccel_plugins.config import ReplayBufferConfig
 
-# (framework, algorithm): the families whose screen and confirmation both favoured the article's tiers
+# (framework, algorithm): the families whose screen and confirmation both favoured the article's tiers, on vector
+# observations and, decided apart (the pixel study, a row "... (images)"), on image observations
 TIERED_FAMILIES = frozenset({("sb3", "dqn"), ("sb3", "qrdqn")})
+TIERED_IMAGE_FAMILIES: frozenset[tuple[str, str]] = frozenset()
 
 
 def default_sampling(framework: str | None, algo: str | None, pixels: bool = False) -> str:
@@ -24,7 +26,7 @@ def default_sampling(framework: str | None, algo: str | None, pixels: bool = Fal
         >>> default_sampling("sb3", "qrdqn"), default_sampling("sb3", "sac"), default_sampling("sb3", "dqn", pixels=True)
         ('tiers', 'uniform', 'uniform')
     """
-    return "tiers" if (framework, algo) in TIERED_FAMILIES and not pixels else "uniform"
+    return "tiers" if (framework, algo) in (TIERED_IMAGE_FAMILIES if pixels else TIERED_FAMILIES) else "uniform"
 
 
 def resolve_sampling(replay: ReplayBufferConfig, framework: str | None = None, algo: str | None = None,

@@ -3,15 +3,16 @@
 import json
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from rlaccel_sb3 import TieredReplayBuffer
+from rlaccel_sb3 import TieredDictReplayBuffer, TieredReplayBuffer
 from stable_baselines3 import DQN, SAC, TD3
 from stable_baselines3.common.buffers import ReplayBuffer
 
 import rlaccel_plugins as rla
-from rlaccel_plugins.replay.evidence import TIERED_FAMILIES, default_sampling
+from rlaccel_plugins.replay.evidence import TIERED_FAMILIES, TIERED_IMAGE_FAMILIES, default_sampling
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 STUDY = RESULTS / "learning" / "stats.json"
@@ -66,6 +67,45 @@ def test_the_default_follows_the_committed_decision_table():
         framework, algo, *images = family.split()
         pixels = images == ["(images)"]
         assert default_sampling(framework, algo.lower(), pixels) == decision["sampling"], family
-    decisions = {f: d for f, d in decisions.items() if not f.endswith("(images)")}
-    kept = {tuple(f.split()) for f, d in decisions.items() if d["sampling"] == "tiers"}
-    assert {(fw, algo.upper()) for fw, algo in TIERED_FAMILIES} == kept
+    for images, families in ((False, TIERED_FAMILIES), (True, TIERED_IMAGE_FAMILIES)):
+        kept = {tuple(f.split()[:2]) for f, d in decisions.items()
+                if f.endswith("(images)") == images and d["sampling"] == "tiers"}
+        assert {(fw, algo.upper()) for fw, algo in families} == kept
+
+
+class _Frames(gym.Env):
+    """Random observations of ``space``: all a DQN needs to build its buffer for it."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.observation_space, self.action_space = space, spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize(("space", "images"), [
+    (spaces.Box(0, 255, (84, 84, 4), np.uint8), True), (spaces.Box(0, 1, (10, 10, 4), bool), True),
+    (spaces.Dict({"frame": spaces.Box(0, 1, (10, 10, 6), bool), "speed": spaces.Box(-1, 1, (2,))}), True),
+    (spaces.Box(0, 1, (40,), bool), False), (spaces.Box(-1, 1, (10, 10, 4), np.float32), False),
+], ids=["atari-frames", "minatar-frames", "dict-with-frames", "boolean-vector", "float-grid"])
+def test_dqn_on_images_follows_the_images_row_minatars_boolean_frames_included(monkeypatch, space, images):
+    """The pixel study decided images apart, on MinAtar's boolean frames: those, SB3's uint8 images and a Dict
+    holding either follow the images row; anything else the vector one (made to differ here)."""
+    from rlaccel_plugins.replay import evidence
+
+    monkeypatch.setattr(evidence, "TIERED_FAMILIES", frozenset({("sb3", "dqn")}))
+    monkeypatch.setattr(evidence, "TIERED_IMAGE_FAMILIES", frozenset())
+    dict_obs = isinstance(space, spaces.Dict)
+    model = DQN("MultiInputPolicy" if dict_obs else "MlpPolicy", _Frames(space), buffer_size=1_000,
+                replay_buffer_class=TieredDictReplayBuffer if dict_obs else TieredReplayBuffer)
+    assert model.replay_buffer.engine.config.sampling == ("uniform" if images else "tiers")
+
+
+def test_a_dict_space_in_the_plain_buffer_says_which_class_takes_it():
+    space = spaces.Dict({"frame": spaces.Box(0, 1, (10, 10, 6), bool)})
+    with pytest.raises(rla.ConfigError, match="observation_space must not be a Dict for TieredReplayBuffer.*"
+                                              "replay_buffer_class=TieredDictReplayBuffer"):
+        TieredReplayBuffer(1_000, space, spaces.Discrete(2))

@@ -90,10 +90,12 @@ def as_stored_row(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype
 
 
 def _has_pixels(space: spaces.Space) -> bool:
-    """Whether observations hold images (Atari-like: the default samples those uniformly, unmeasured)."""
+    """Whether observations hold images, whose sampling is decided apart (the pixel study's row): SB3's images
+    (uint8 frames, Atari-like) and MinAtar's (a boolean channel per object kind, 10x10xC)."""
     if isinstance(space, spaces.Dict):
         return any(_has_pixels(sub) for sub in space.spaces.values())
-    return is_image_space(space, check_channels=False)
+    boolean_frames = isinstance(space, spaces.Box) and space.dtype == np.bool_ and len(space.shape) == 3
+    return boolean_frames or is_image_space(space, check_channels=False)
 
 
 class TieredBufferMixin:
@@ -109,6 +111,10 @@ class TieredBufferMixin:
                  importance_beta: float | None = None, n_steps: int = 1, gamma: float = 0.99,
                  seed: int | None = None, replay_config: ReplayBufferConfig | None = None,
                  sampling: str | None = None) -> None:
+        if isinstance(observation_space, spaces.Dict) and not isinstance(self, DictReplayBuffer):
+            raise ConfigError(f"observation_space must not be a Dict for {type(self).__name__}, got "
+                              f"observation_space={observation_space}. Use replay_buffer_class=TieredDictReplayBuffer "
+                              "(as SB3 uses its DictReplayBuffer for Dict observations).")
         if replay_config is not None:  # built by rlaccel: the caller's config, as it is
             replay = replay_config
         else:  # built by SB3 from replay_buffer_class: the ambient config (RLACCEL_PRESET, files)
