@@ -1,4 +1,5 @@
-"""SB3 DQN on Atari Pong, envpool for the envs and the article's `atari` preset for replay and updates.
+"""SB3 DQN on Atari Pong, envpool for the envs and the `atari` preset (the article's Pong settings, every update
+full: the pixel study measured its sparse/dense schedule to learn less) for replay and updates.
 
     python examples/sb3_dqn_pong_envpool.py [--steps 10000000] [--envs 8] [--logdir runs/pong]
 

@@ -1,4 +1,5 @@
-"""Tianshou DQN on Atari Pong: envpool envs, the `atari` preset's tiers and sparse/dense updates.
+"""Tianshou DQN on Atari Pong: envpool envs, the `atari` preset's tiers and the wrapper's fused updates (every
+update full: the pixel study measured the article's sparse/dense schedule to learn less).
 
     python examples/tianshou_dqn_pong_envpool.py [--steps 1000000] [--envs 8]
 
