@@ -2,9 +2,9 @@
 
 A family samples by the tiers' ratios only where the learning study showed them to help: screened on
 seeds 0-9, then confirmed on fresh seeds with P(tiers > uniform)'s 95% CI above 0.5 (the decision table
-in the docs, "Learning study"; ``rlaccel bench --suite learning`` recomputes it). Every other family,
-and every task with image observations (screened in favour of the tiers on MinAtar, not confirmed yet),
-samples uniformly, as the frameworks do.
+in the docs, "Learning study"; ``rlaccel bench --suite learning`` recomputes it). Every other family
+samples uniformly, as the frameworks do. Image observations are decided apart (the pixel study, SB3 DQN on
+MinAtar: the tiers, screened and confirmed); every other family on images is unmeasured there, so uniform.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from rlaccel_plugins.config import ReplayBufferConfig
 # (framework, algorithm): the families whose screen and confirmation both favoured the article's tiers, on vector
 # observations and, decided apart (the pixel study, a row "... (images)"), on image observations
 TIERED_FAMILIES = frozenset({("sb3", "dqn"), ("sb3", "qrdqn")})
-TIERED_IMAGE_FAMILIES: frozenset[tuple[str, str]] = frozenset()
+TIERED_IMAGE_FAMILIES = frozenset({("sb3", "dqn")})
 
 
 def default_sampling(framework: str | None, algo: str | None, pixels: bool = False) -> str:
     """``tiers`` for a family the evidence keeps them for, else ``uniform`` (unknown families included).
 
     Examples:
-        >>> default_sampling("sb3", "qrdqn"), default_sampling("sb3", "sac"), default_sampling("sb3", "dqn", pixels=True)
+        >>> default_sampling("sb3", "qrdqn"), default_sampling("sb3", "sac"), default_sampling("sb3", "qrdqn", pixels=True)
         ('tiers', 'uniform', 'uniform')
     """
     return "tiers" if (framework, algo) in (TIERED_IMAGE_FAMILIES if pixels else TIERED_FAMILIES) else "uniform"

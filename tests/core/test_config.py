@@ -17,6 +17,7 @@ def test_atari_preset_holds_the_article_values_but_its_schedule_which_is_one_set
     assert cfg.replay_buffer.levels == 4
     assert cfg.replay_buffer.level_capacity == (1000, 5000, 20000, 100000)
     assert cfg.replay_buffer.sampling_ratio == (0.7, 0.2, 0.08, 0.02)
+    assert cfg.replay_buffer.sampling == "auto"  # its tiers where the pixel study confirmed them (SB3 DQN)
     t = cfg.training
     assert (t.batch_size, t.sparse_update_interval, t.dense_layers) == (512, 1, (-3, -2, -1))  # the pixel study
     assert (t.learning_rate, t.parallel_envs, t.sync_interval) == (0.00025, 256, 50)
@@ -134,7 +135,8 @@ def test_malformed_files_raise_config_error(tmp_path):
 def test_round_trip_through_dict_and_diff():
     cfg = rla.get_preset("sparse_reward")
     assert rla.AccelConfig.from_dict(cfg.to_dict()) == cfg
-    assert rla.get_preset("atari").diff(rla.get_preset("mujoco")) == {"training.batch_size": (512, 1024)}
+    assert rla.get_preset("atari").diff(rla.get_preset("mujoco")) == {"training.batch_size": (512, 1024),
+                                                                      "replay_buffer.sampling": ("auto", "uniform")}
 
 
 def test_field_names_are_unique_across_sections():
