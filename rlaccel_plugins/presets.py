@@ -11,7 +11,7 @@ study found the sparse/dense schedule to learn less per env step and no more per
 
 ==================  ============================================================================
 ``default``         :class:`AccelConfig` defaults: the article's values, sampling and schedule as the study decided
-``atari``           the article's Atari Pong settings, tiers where confirmed, every update full (see below)
+``atari``           the article's Atari Pong settings, tiers where confirmed, every update full (above)
 ``mujoco``          continuous control: ``batch_size`` 1024
 ``multi_agent``     ``level_capacity[0]`` x2
 ``sparse_reward``   ``sampling_ratio[0]`` 0.8, the other ratios rescaled to sum to 1

@@ -101,8 +101,9 @@ def study_variants(framework: str, algo: str, preset: str, budget: int,
 
 def pixel_variants(framework: str, algo: str) -> tuple[Variant, ...]:
     """Stock; the drop-in sampling uniformly, by the article's tiers, and uniformly with sparse/dense updates of the
-    head. The ``atari`` preset needs no variant of its own: it samples uniformly and trains every update full
-    (before the pixel study, its last three layers, this whole network on MinAtar), as the uniform variant does."""
+    head. The ``atari`` preset needs no variant of its own: it trains every update full (before the pixel study,
+    its last three layers: this whole network on MinAtar) and samples as the evidence decides (``auto``), so it
+    trains what the tiers or the uniform variant trains."""
     return (*study_variants(framework, algo, "atari", 0, candidates=False),
             replace(drop_in(framework, "off", algo, sparse_update_interval=100, dense_layers=[-1]), name=SPARSE_DENSE))
 
