@@ -376,11 +376,13 @@ class StoppedWaiting(BaseException):
 
 
 _cut_short_depth = 0  # how many stop_cuts_short blocks the main thread is inside
+_listening: list[StopSignal] = []  # the StopSignal blocks the process is inside
 
 
 @contextlib.contextmanager
 def stop_cuts_short() -> Iterator[None]:
-    """A block that a stop signal ends at once, with :class:`StoppedWaiting`, instead of the loop's next poll.
+    """A block that a stop signal ends at once, with :class:`StoppedWaiting`, instead of the loop's next poll
+    (one that arrived before the block ends it as it starts).
 
     For a long wait that changes no training state — compiling the update step takes 10-40 s with a cold
     cache, longer than many schedulers wait between SIGTERM and SIGKILL — whose caller can go on without it
@@ -398,6 +400,8 @@ def stop_cuts_short() -> Iterator[None]:
     """
     global _cut_short_depth
     main = threading.current_thread() is threading.main_thread()
+    if main and any(stop.received is not None for stop in _listening):
+        raise StoppedWaiting  # the signal came just before the block: nothing to wait for either
     _cut_short_depth += main
     try:
         yield
@@ -425,6 +429,7 @@ class StopSignal:
                 self._previous[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread: signals cannot be caught here
                 pass
+        _listening.append(self)
         return self
 
     def _handle(self, signum, frame) -> None:
@@ -438,5 +443,7 @@ class StopSignal:
             raise StoppedWaiting
 
     def __exit__(self, *exc) -> None:
+        if self in _listening:
+            _listening.remove(self)
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)

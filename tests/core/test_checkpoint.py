@@ -276,6 +276,21 @@ def test_checkpoint_state_loads_without_running_code_and_a_file_that_would_is_re
     assert load_state(tmp_path / "crafted.pt") == {"evil": None}  # the caller's explicit trust
 
 
+def test_a_stop_signal_just_before_a_block_that_it_cuts_short_ends_the_block_as_it_starts():
+    """A SIGTERM that lands between the loop's poll and the start of a compilation must not wait for it either."""
+    from rlaccel_plugins.checkpoint import StoppedWaiting, StopSignal, stop_cuts_short
+
+    entered = []
+    with StopSignal() as stop:
+        signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(StoppedWaiting), stop_cuts_short():
+            entered.append(True)
+    assert stop.received == signal.SIGTERM and not entered
+    with stop_cuts_short():  # outside any StopSignal: nothing pending
+        entered.append(True)
+    assert entered == [True]
+
+
 def _slow_to_compile(x):
     return torch.sin(x).cumsum(0) * 2.0
 

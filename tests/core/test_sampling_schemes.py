@@ -103,8 +103,9 @@ def test_engine_with_a_scheme_samples_stored_data_and_resumes_its_sweep_exactly(
 def test_make_sampler_follows_the_config_and_bad_values_are_refused_clearly():
     layout = TierLayout([10, 90])
     assert type(make_sampler(layout, rla.load_config(sampling="tiers").replay_buffer)).__name__ == "TieredSampler"
-    for preset in set(rla.preset_names()) - {"default", "off"}:  # the study's finding: uniform on their tasks
+    for preset in set(rla.preset_names()) - {"default", "off", "atari"}:  # the study's finding: uniform on their tasks
         assert rla.get_preset(preset).replay_buffer.sampling == "uniform", preset
+    assert rla.get_preset("atari").replay_buffer.sampling == "auto"  # images: as the pixel study decided per family
     assert rla.get_preset("off").replay_buffer.levels == 1  # one level: its tiers sampler draws uniformly
     assert rla.load_config().replay_buffer.sampling == "auto"  # resolved per algorithm family by the adapters
     assert rla.TieredReplay.from_config(rla.load_config()).config.sampling == "uniform"  # no family known

@@ -253,7 +253,7 @@ def test_a_bad_algorithm_is_refused_before_the_run_folder_exists(algo, tmp_path,
 
 
 def test_presets_show_only_the_keys_their_sampling_reads(capsys):
-    assert main(["presets", "show", "atari"]) == 0
+    assert main(["presets", "show", "mujoco"]) == 0
     shown = capsys.readouterr().out
     assert "sampling: uniform" in shown and "sampling_ratio" not in shown.split("# not shown")[0]
     assert "# not shown: sampling_ratio, ratio_schedule, importance_beta" in shown

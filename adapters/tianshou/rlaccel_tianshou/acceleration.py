@@ -35,7 +35,8 @@ def accelerate(algorithm: Any, preset: str | None = None, **overrides: Any):
         >>> from tianshou.utils.net.common import Net
         >>> policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=[16]),
         ...                                  action_space=gym.spaces.Discrete(2))
-        >>> algorithm = accelerate(DQN(policy=policy, optim=AdamOptimizerFactory()), preset="atari")
+        >>> algorithm = accelerate(DQN(policy=policy, optim=AdamOptimizerFactory()), preset="atari",
+        ...                        sparse_update_interval=100)  # the article's schedule; the default: every update full
         >>> type(algorithm).__name__, algorithm.updater.schedule.interval
         ('SparseDenseWrapper', 100)
         >>> accelerate(algorithm, preset="classic_control").wrapped_algorithm is algorithm.wrapped_algorithm

@@ -208,8 +208,8 @@ class SparseDenseWrapper(_SparseDenseMixin, OffPolicyWrapperAlgorithm):
         >>> policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=[16]),
         ...                                  action_space=gym.spaces.Discrete(2))
         >>> algorithm = SparseDenseWrapper(DQN(policy=policy, optim=AdamOptimizerFactory()), preset="atari")
-        >>> algorithm.gamma, algorithm.rlaccel_config.training.sparse_update_interval  # falls through; the schedule
-        (0.99, 100)
+        >>> algorithm.gamma, algorithm.rlaccel_config.training.sparse_update_interval  # falls through; every update full
+        (0.99, 1)
     """
 
     def __init__(self, wrapped_algorithm: OffPolicyAlgorithm, preset: str | None = None, *,
