@@ -44,15 +44,14 @@ def _sparse_reward_ratios(first: float = 0.8) -> list[float]:
 BUILTIN_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "default": ("the article's values; sampling per algorithm family, every update full (the learning study)", {}),
     # The article's Pong settings but its sparse/dense schedule: the pixel study measured the schedule to learn less
-    # per env step and no more per second (P over time 0.30 [0.15, 0.48]), so every update is full, by the rule
-    # fixed before its runs (a preset keeps the schedule only where fresh seeds confirm a gain). Its tiers sample
+    # per env step and no more per second (P over time 0.30 [0.15, 0.48]), so every update is full (the config's
+    # default), by the rule fixed before its runs (a preset keeps the schedule only where fresh seeds confirm a gain). Its tiers sample
     # where the same study confirmed them (SB3 DQN on images: P 0.88 [0.74, 0.98] on fresh seeds): `auto`.
     "atari": (("vision tasks: the article's Atari Pong settings; its tiers where the pixel study confirmed them, "
                "every update full"), {
         "replay_buffer": {"levels": 4, "level_capacity": [1000, 5000, 20000, 100000],
                           "sampling_ratio": [0.7, 0.2, 0.08, 0.02], "sampling": "auto"},
-        "training": {"batch_size": 512, "sparse_update_interval": 1, "dense_layers": [-3, -2, -1],
-                     "learning_rate": 0.00025, "parallel_envs": 256, "sync_interval": 50},
+        "training": {"batch_size": 512, "learning_rate": 0.00025, "parallel_envs": 256, "sync_interval": 50},
     }),
     "mujoco": ("continuous control: batch_size 1024", {"replay_buffer": {"sampling": "uniform"},
                                                         "training": {"batch_size": 1024}}),
